@@ -63,8 +63,8 @@ pub struct Flags(pub u8);
 impl Flags {
     /// Put: the target asks to be told when this put has been placed.
     pub const NOTIFY: Flags = Flags(1);
-    /// Hello: the connection carries datagram-mode traffic only.
-    pub const DATAGRAM_ONLY: Flags = Flags(2);
+    /// Hello: asks only for the endpoint's UDP port; no connection follows.
+    pub const RESOLVE_UDP: Flags = Flags(2);
     const ALL: u8 = 0b11;
 
     /// Whether every bit of `other` is set.

@@ -1,0 +1,756 @@
+//! Endpoints: DP-II's open / target / write / read, with datagram, reliable
+//! and put modes and polled or waited completion.
+//!
+//! An endpoint is driven by the thread that owns it, as a verbs queue pair or
+//! a UCX worker is: every `read`, `write`, `put` or `wait_put` call also moves
+//! the endpoint's incoming traffic along. Over shared memory a put is placed
+//! by the target's progress as well; a target that never calls in holds puts
+//! back until it does.
+
+mod put;
+mod rx;
+mod udp;
+
+use macrolink_wire::{Flags, FrameKind, Header, HEADER_LEN, MAX_FRAME};
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::node::{Inbox, Incoming, NodeShared};
+use crate::pool::TokenPool;
+use crate::sys;
+use crate::transport::Stream;
+use crate::types::{
+    Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
+    Transport,
+};
+use put::{PutStatus, PutTable, Regions};
+use rx::{Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
+use udp::Udp;
+
+/// How a target's traffic leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Conn { slot: u32, gen: u32 },
+    Udp(std::net::SocketAddr),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TargetEntry {
+    peer: Addr,
+    mode: Mode,
+    route: Route,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    gen: u32,
+    conn: Option<Conn>,
+}
+
+/// How long a blocking call may go on.
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    Now,
+    At(Instant),
+    Never,
+}
+
+/// An open endpoint (DP-II's `dp_open` result).
+///
+/// ```text
+///  write/put ─► frames ─► stream (shm ring | tcp socket) or udp datagram
+///  read ◄─ reader's buffer ◄─┬─ placed directly while a read waits
+///                            └─ token pool (staged) ◄─ progress passes
+/// ```
+#[derive(Debug)]
+pub struct Endpoint {
+    node: Arc<NodeShared>,
+    id: u32,
+    inbox: Arc<Inbox>,
+    slots: Vec<Slot>,
+    targets: Vec<TargetEntry>,
+    target_index: HashMap<(Addr, Mode, Transport), Target>,
+    core: Core,
+    udp: Option<Udp>,
+    incoming: Vec<Incoming>,
+    pollfds: Vec<libc::pollfd>,
+    next_slot: usize,
+    idle_spins: u32,
+    in_send: bool,
+}
+
+impl Endpoint {
+    pub(crate) fn open(node: Arc<NodeShared>, id: u32, cfg: EndpointConfig) -> Result<Endpoint> {
+        let udp = node
+            .udp_ip
+            .map(|ip| Udp::bind(ip, node.mtu))
+            .transpose()?;
+        let inbox = Arc::new(Inbox::new(udp.as_ref().map_or(0, |u| u.port()))?);
+        node.register(id, inbox.clone())?;
+        let token_size = cfg.token_size.max(node.mtu).max(4096);
+        let tokens = cfg.tokens.max(1);
+        Ok(Endpoint {
+            id,
+            inbox,
+            slots: Vec::new(),
+            targets: Vec::new(),
+            target_index: HashMap::new(),
+            core: Core {
+                id,
+                completion: cfg.completion,
+                pool: TokenPool::new(tokens, token_size),
+                ready: VecDeque::with_capacity(tokens * 2),
+                ready_cap: tokens * 2,
+                regions: Regions::default(),
+                puts: PutTable::new(),
+                stats: Stats::default(),
+            },
+            udp,
+            incoming: Vec::new(),
+            pollfds: Vec::new(),
+            next_slot: 0,
+            idle_spins: 0,
+            in_send: false,
+            node,
+        })
+    }
+
+    /// This endpoint's address.
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.node.id, self.id)
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> Stats {
+        self.core.stats
+    }
+
+    /// Largest datagram payload.
+    pub fn datagram_mtu(&self) -> usize {
+        self.node.mtu
+    }
+
+    /// Polling or waiting completion.
+    pub fn completion(&self) -> Completion {
+        self.core.completion
+    }
+
+    /// Switches between polling and waiting completion.
+    pub fn set_completion(&mut self, c: Completion) {
+        self.core.completion = c;
+    }
+
+    /// Bytes the receive pool holds.
+    pub fn pool_bytes(&self) -> usize {
+        self.core.pool.capacity()
+    }
+
+    /// Makes a target for endpoint `to` in `mode` (DP-II's `dp_target`),
+    /// choosing the transport: shared memory when `to`'s node is on this host,
+    /// else tcp.
+    pub fn target(&mut self, to: Addr, mode: Mode) -> Result<Target> {
+        let transport = if self.node.shm_reaches(to.node) {
+            Transport::Shm
+        } else if self.node.tcp_peer(to.node).is_some() {
+            Transport::Tcp
+        } else if mode == Mode::Datagram && self.udp.is_some() {
+            Transport::Udp
+        } else {
+            return Err(Error::Unreachable {
+                node: to.node,
+                transport: Transport::Tcp,
+            });
+        };
+        self.target_via(to, mode, transport)
+    }
+
+    /// Makes a target for endpoint `to` in `mode` over `transport`.
+    pub fn target_via(&mut self, to: Addr, mode: Mode, transport: Transport) -> Result<Target> {
+        if let Some(t) = self.target_index.get(&(to, mode, transport)) {
+            if self.route_alive(self.targets[t.0 as usize].route) {
+                return Ok(*t);
+            }
+        }
+        if transport == Transport::Udp && mode != Mode::Datagram {
+            return Err(Error::Unsupported { transport, mode });
+        }
+        let route = match transport {
+            Transport::Udp => {
+                let me = self.addr();
+                let udp = self.udp.as_mut().ok_or(Error::Unreachable {
+                    node: to.node,
+                    transport,
+                })?;
+                match udp.learned(to) {
+                    Some(sa) => Route::Udp(sa),
+                    None => {
+                        let sa = self.node.resolve_udp(me, to)?;
+                        udp.learn(to, sa);
+                        Route::Udp(sa)
+                    }
+                }
+            }
+            Transport::Shm | Transport::Tcp => {
+                self.adopt_incoming();
+                match self.find_conn(to, transport) {
+                    Some(r) => r,
+                    None => {
+                        let stream = self.node.connect(self.addr(), to, transport)?;
+                        self.insert_conn(Conn::new(to, stream))
+                    }
+                }
+            }
+        };
+        let t = Target(self.targets.len() as u32);
+        self.targets.push(TargetEntry {
+            peer: to,
+            mode,
+            route,
+        });
+        self.target_index.insert((to, mode, transport), t);
+        Ok(t)
+    }
+
+    fn route_alive(&self, r: Route) -> bool {
+        match r {
+            Route::Udp(_) => true,
+            Route::Conn { slot, gen } => {
+                let s = &self.slots[slot as usize];
+                s.gen == gen && s.conn.is_some()
+            }
+        }
+    }
+
+    fn find_conn(&self, to: Addr, transport: Transport) -> Option<Route> {
+        self.slots.iter().enumerate().find_map(|(i, s)| {
+            s.conn
+                .as_ref()
+                .filter(|c| c.peer == to && c.stream.transport() == transport)
+                .map(|_| Route::Conn {
+                    slot: i as u32,
+                    gen: s.gen,
+                })
+        })
+    }
+
+    fn insert_conn(&mut self, conn: Conn) -> Route {
+        let i = match self.slots.iter().position(|s| s.conn.is_none()) {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        let s = &mut self.slots[i];
+        s.gen = s.gen.wrapping_add(1);
+        s.conn = Some(conn);
+        Route::Conn {
+            slot: i as u32,
+            gen: s.gen,
+        }
+    }
+
+    fn adopt_incoming(&mut self) {
+        self.inbox.take(&mut self.incoming);
+        while let Some(inc) = self.incoming.pop() {
+            self.insert_conn(Conn::new(inc.peer, inc.stream));
+        }
+    }
+
+    fn entry(&self, t: Target) -> Result<TargetEntry> {
+        self.targets.get(t.0 as usize).copied().ok_or(Error::BadTarget)
+    }
+
+    fn conn_mut(&mut self, peer: Addr, slot: u32, gen: u32) -> Result<&mut Conn> {
+        match self.slots.get_mut(slot as usize) {
+            Some(s) if s.gen == gen => s.conn.as_mut().ok_or_else(|| lost(peer)),
+            _ => Err(lost(peer)),
+        }
+    }
+
+    /// Sends `data` to the target (DP-II's `dp_write`). Reliable messages may
+    /// have any size; datagrams at most one MTU. Returns once the transport has
+    /// taken every byte.
+    pub fn write(&mut self, t: Target, data: &[u8]) -> Result<()> {
+        let e = self.entry(t)?;
+        let mut h = Header::new(FrameKind::Data);
+        h.src_node = self.node.id;
+        h.src_ep = self.id;
+        h.dst_ep = e.peer.ep;
+        h.total = data.len() as u64;
+        match e.mode {
+            Mode::Put => return Err(Error::WrongMode(Mode::Put)),
+            Mode::Datagram => {
+                if data.len() > self.node.mtu {
+                    return Err(Error::TooLarge {
+                        len: data.len(),
+                        mtu: self.node.mtu,
+                    });
+                }
+                h.kind = FrameKind::Datagram;
+                h.len = data.len() as u32;
+                match e.route {
+                    Route::Udp(sa) => {
+                        let udp = self.udp.as_mut().ok_or(Error::BadTarget)?;
+                        udp.send(&h, data, sa)?;
+                    }
+                    Route::Conn { slot, gen } => self.send_frame(e.peer, slot, gen, &h, data)?,
+                }
+            }
+            Mode::Reliable => {
+                let Route::Conn { slot, gen } = e.route else {
+                    return Err(Error::BadTarget);
+                };
+                let conn = self.conn_mut(e.peer, slot, gen)?;
+                h.seq = conn.tx_seq;
+                conn.tx_seq += 1;
+                let mut off = 0;
+                loop {
+                    let n = (data.len() - off).min(MAX_FRAME as usize);
+                    h.offset = off as u64;
+                    h.len = n as u32;
+                    self.send_frame(e.peer, slot, gen, &h, &data[off..off + n])?;
+                    off += n;
+                    if off == data.len() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.core.stats.messages_out += 1;
+        self.core.stats.bytes_out += data.len() as u64;
+        self.flush_ctrl();
+        Ok(())
+    }
+
+    /// Writes one frame whole, moving incoming traffic along while the
+    /// transport is full so that two endpoints writing to each other cannot
+    /// stall.
+    fn send_frame(&mut self, peer: Addr, slot: u32, gen: u32, h: &Header, payload: &[u8]) -> Result<()> {
+        let hdr = h.encode();
+        let total = HEADER_LEN + payload.len();
+        let mut sent = 0;
+        let was_in_send = std::mem::replace(&mut self.in_send, true);
+        let result = loop {
+            let conn = match self.conn_mut(peer, slot, gen) {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
+            let bufs = [
+                IoSlice::new(&hdr[sent.min(HEADER_LEN)..]),
+                IoSlice::new(&payload[sent.saturating_sub(HEADER_LEN)..]),
+            ];
+            match conn.stream.try_write(&bufs) {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    let reason = e.to_string();
+                    self.lose(slot as usize, reason.clone());
+                    break Err(Error::PeerLost { peer, reason });
+                }
+            }
+            if sent == total {
+                break Ok(());
+            }
+            if let Err(e) = self.progress_all(None) {
+                break Err(e);
+            }
+            let completion = self.core.completion;
+            let mut spins = self.idle_spins;
+            if let Ok(conn) = self.conn_mut(peer, slot, gen) {
+                wait_writable(conn, completion, total - sent, &mut spins);
+            }
+            self.idle_spins = spins;
+        };
+        self.in_send = was_in_send;
+        result
+    }
+
+    /// Sends queued put answers, between messages.
+    fn flush_ctrl(&mut self) {
+        if self.in_send {
+            return;
+        }
+        for i in 0..self.slots.len() {
+            let gen = self.slots[i].gen;
+            loop {
+                let Some(conn) = self.slots[i].conn.as_mut() else {
+                    break;
+                };
+                let Some(mut h) = conn.ctrl_out.pop_front() else {
+                    break;
+                };
+                let peer = conn.peer;
+                h.src_node = self.node.id;
+                h.src_ep = self.id;
+                h.dst_ep = peer.ep;
+                if self.send_frame(peer, i as u32, gen, &h, &[]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Receives the next message or put notification (DP-II's `dp_read`),
+    /// blocking until there is one. A message is copied to the front of `buf`;
+    /// a buffer too small for it gets [`Error::BufferTooSmall`] and the message
+    /// stays queued. A peer that died surfaces here as [`Error::PeerLost`].
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<Recv> {
+        self.read_until(buf, Deadline::Never)?.ok_or(Error::Timeout)
+    }
+
+    /// As [`read`](Self::read), but returns `None` at once when nothing is there.
+    pub fn try_read(&mut self, buf: &mut [u8]) -> Result<Option<Recv>> {
+        self.read_until(buf, Deadline::Now)
+    }
+
+    /// As [`read`](Self::read), giving up with `None` after `timeout`.
+    pub fn read_timeout(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Option<Recv>> {
+        self.read_until(buf, Deadline::At(Instant::now() + timeout))
+    }
+
+    /// Moves incoming traffic along without reading: places puts, stages
+    /// messages, answers. Returns whether anything moved.
+    pub fn progress(&mut self) -> Result<bool> {
+        let moved = self.progress_all(None)?;
+        self.flush_ctrl();
+        Ok(moved)
+    }
+
+    fn read_until(&mut self, buf: &mut [u8], deadline: Deadline) -> Result<Option<Recv>> {
+        loop {
+            if let Some(r) = self.pop_ready(buf)? {
+                return Ok(Some(r));
+            }
+            let moved = match self.progress_with(Some(&mut *buf)) {
+                Ok((Some(r), _)) => {
+                    self.flush_ctrl();
+                    return Ok(Some(r));
+                }
+                Ok((None, moved)) => moved,
+                Err(e) => return Err(e),
+            };
+            self.flush_ctrl();
+            if moved || !self.core.ready.is_empty() {
+                self.idle_spins = 0;
+                continue;
+            }
+            match deadline {
+                Deadline::Now => return Ok(None),
+                Deadline::At(t) if Instant::now() >= t => return Ok(None),
+                _ => {}
+            }
+            self.idle(deadline)?;
+        }
+    }
+
+    fn pop_ready(&mut self, buf: &mut [u8]) -> Result<Option<Recv>> {
+        match self.core.ready.front() {
+            None => return Ok(None),
+            Some(Ready::Msg { len, .. }) if *len > buf.len() => {
+                return Err(Error::BufferTooSmall {
+                    needed: *len,
+                    have: buf.len(),
+                })
+            }
+            Some(_) => {}
+        }
+        Ok(match self.core.ready.pop_front() {
+            Some(Ready::Msg {
+                from,
+                mode,
+                transport,
+                len,
+                chain,
+            }) => {
+                self.core.pool.drain_into(chain, buf);
+                self.core.stats.messages_in += 1;
+                self.core.stats.bytes_in += len as u64;
+                Some(Recv {
+                    from,
+                    len,
+                    kind: RecvKind::Message(mode),
+                    transport,
+                })
+            }
+            Some(Ready::Placed {
+                from,
+                transport,
+                key,
+                offset,
+                len,
+            }) => Some(Recv {
+                from,
+                len,
+                kind: RecvKind::PutPlaced { key, offset },
+                transport,
+            }),
+            Some(Ready::Lost { peer, reason }) => return Err(Error::PeerLost { peer, reason }),
+            None => None,
+        })
+    }
+
+    fn progress_all(&mut self, user: Option<&mut [u8]>) -> Result<bool> {
+        self.progress_with(user).map(|(_, moved)| moved)
+    }
+
+    /// One pass over every connection and the datagram socket.
+    fn progress_with(&mut self, mut user: Option<&mut [u8]>) -> Result<(Option<Recv>, bool)> {
+        self.adopt_incoming();
+        let mut moved = false;
+        let n = self.slots.len();
+        for k in 0..n {
+            let i = (self.next_slot + k) % n;
+            let Some(conn) = self.slots[i].conn.as_mut() else {
+                continue;
+            };
+            match conn.progress(&mut self.core, user.as_deref_mut()) {
+                Step::Idle => {}
+                Step::Moved => moved = true,
+                Step::Delivered(r) => {
+                    self.next_slot = (i + 1) % n;
+                    return Ok((Some(r), true));
+                }
+                Step::TooSmall(needed) => {
+                    return Err(Error::BufferTooSmall {
+                        needed: needed as usize,
+                        have: user.map_or(0, |b| b.len()),
+                    })
+                }
+                Step::Lost(reason) => {
+                    self.lose(i, reason);
+                    moved = true;
+                }
+            }
+        }
+        if let Some(udp) = self.udp.as_mut() {
+            match udp.progress(&mut self.core, user)? {
+                Step::Delivered(r) => return Ok((Some(r), true)),
+                Step::Moved => moved = true,
+                _ => {}
+            }
+        }
+        Ok((None, moved))
+    }
+
+    /// Drops a broken connection and tells the application.
+    fn lose(&mut self, i: usize, reason: String) {
+        let gen = self.slots[i].gen;
+        if let Some(mut conn) = self.slots[i].conn.take() {
+            conn.release(&mut self.core.pool);
+            self.core.puts.lose(i as u32, gen);
+            tracing::debug!(peer = %conn.peer, "connection lost: {reason}");
+            self.core.ready.push_back(Ready::Lost {
+                peer: conn.peer,
+                reason,
+            });
+        }
+    }
+
+    /// Nothing moved: spin or sleep.
+    fn idle(&mut self, deadline: Deadline) -> Result<()> {
+        match self.core.completion {
+            Completion::Poll => {
+                std::hint::spin_loop();
+                self.idle_spins += 1;
+                if self.idle_spins >= SPINS_PER_CHECK {
+                    self.idle_spins = 0;
+                    for s in &mut self.slots {
+                        if let Some(c) = s.conn.as_mut() {
+                            c.stream.check_alive();
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Completion::Wait => self.sleep(deadline),
+        }
+    }
+
+    /// Blocks until a stream, the datagram socket or the inbox stirs.
+    fn sleep(&mut self, deadline: Deadline) -> Result<()> {
+        let mut armed = true;
+        for s in &mut self.slots {
+            if let Some(c) = s.conn.as_mut() {
+                armed &= c.stream.arm_read();
+            }
+        }
+        if armed {
+            self.pollfds.clear();
+            self.pollfds
+                .push(sys::pollfd(self.inbox.wake.raw(), sys::Interest::Read));
+            if let Some(u) = &self.udp {
+                self.pollfds.push(sys::pollfd(u.raw_fd(), sys::Interest::Read));
+            }
+            for s in &self.slots {
+                if let Some(c) = &s.conn {
+                    self.pollfds
+                        .push(sys::pollfd(c.stream.raw_fd(), sys::Interest::Read));
+                }
+            }
+            let timeout = match deadline {
+                Deadline::At(t) => t.saturating_duration_since(Instant::now()).min(NAP),
+                _ => NAP,
+            };
+            sys::poll(&mut self.pollfds, Some(timeout))?;
+            self.inbox.wake.drain();
+        }
+        for s in &mut self.slots {
+            if let Some(c) = s.conn.as_mut() {
+                c.stream.disarm();
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers a region of `len` zeroed bytes that peers may put into.
+    pub fn register(&mut self, len: usize) -> Result<RegionKey> {
+        Ok(self.core.regions.register(len)?)
+    }
+
+    /// Removes a region; later puts naming it are refused.
+    pub fn deregister(&mut self, key: RegionKey) -> Result<()> {
+        if self.core.regions.deregister(key) {
+            Ok(())
+        } else {
+            Err(Error::NoSuchRegion)
+        }
+    }
+
+    /// The bytes of a registered region.
+    pub fn region(&self, key: RegionKey) -> Option<&[u8]> {
+        self.core.regions.get(key)
+    }
+
+    /// The bytes of a registered region, to fill before peers read them.
+    pub fn region_mut(&mut self, key: RegionKey) -> Option<&mut [u8]> {
+        self.core.regions.get_mut(key)
+    }
+
+    /// Posts a one-sided write of `data` at `offset` of the target's region
+    /// `key`. With `notify` the target's next read reports the placed bytes.
+    /// Complete it with [`wait_put`](Self::wait_put).
+    pub fn put(
+        &mut self,
+        t: Target,
+        data: &[u8],
+        offset: u64,
+        key: RegionKey,
+        notify: bool,
+    ) -> Result<PutHandle> {
+        let e = self.entry(t)?;
+        if e.mode != Mode::Put {
+            return Err(Error::WrongMode(e.mode));
+        }
+        let Route::Conn { slot, gen } = e.route else {
+            return Err(Error::BadTarget);
+        };
+        if offset.checked_add(data.len() as u64).is_none() {
+            return Err(Error::PutRefused(macrolink_wire::Refusal::OutOfBounds));
+        }
+        while self.core.puts.next_busy() {
+            self.progress()?;
+            if self.core.puts.next_busy() {
+                self.idle(Deadline::Never)?;
+            }
+        }
+        self.conn_mut(e.peer, slot, gen)?;
+        let seq = self.core.puts.post(slot, gen);
+        let mut h = Header::new(FrameKind::Put);
+        h.flags = if notify { Flags::NOTIFY } else { Flags::default() };
+        h.src_node = self.node.id;
+        h.src_ep = self.id;
+        h.dst_ep = e.peer.ep;
+        h.seq = seq;
+        h.key = key.0;
+        h.total = data.len() as u64;
+        let mut off = 0;
+        loop {
+            let n = (data.len() - off).min(MAX_FRAME as usize);
+            h.offset = offset + off as u64;
+            h.len = n as u32;
+            self.send_frame(e.peer, slot, gen, &h, &data[off..off + n])?;
+            off += n;
+            if off == data.len() {
+                break;
+            }
+        }
+        self.core.stats.bytes_out += data.len() as u64;
+        Ok(PutHandle(seq))
+    }
+
+    /// Waits until the target has placed the put, or refused it.
+    pub fn wait_put(&mut self, h: PutHandle) -> Result<()> {
+        loop {
+            match self.core.puts.status(h.0) {
+                PutStatus::Done => return Ok(()),
+                PutStatus::Refused(r) => return Err(Error::PutRefused(r)),
+                PutStatus::Lost => {
+                    return Err(Error::PeerLost {
+                        peer: self.addr(),
+                        reason: "connection lost before the put was answered".into(),
+                    })
+                }
+                PutStatus::Pending { .. } => {
+                    if !self.progress()? {
+                        self.idle(Deadline::Never)?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Posts a put and waits for it to be placed.
+    pub fn put_wait(
+        &mut self,
+        t: Target,
+        data: &[u8],
+        offset: u64,
+        key: RegionKey,
+        notify: bool,
+    ) -> Result<()> {
+        let h = self.put(t, data, offset, key, notify)?;
+        self.wait_put(h)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.flush_ctrl();
+        self.node.unregister(self.id);
+    }
+}
+
+fn lost(peer: Addr) -> Error {
+    Error::PeerLost {
+        peer,
+        reason: "connection closed".into(),
+    }
+}
+
+/// Waits until a full stream may take `need` more bytes.
+fn wait_writable(conn: &mut Conn, completion: Completion, need: usize, spins: &mut u32) {
+    match completion {
+        Completion::Poll => {
+            std::hint::spin_loop();
+            *spins += 1;
+            if *spins >= SPINS_PER_CHECK {
+                *spins = 0;
+                conn.stream.check_alive();
+            }
+        }
+        Completion::Wait => {
+            let need = need.min(64 * 1024);
+            if conn.stream.arm_write(need) {
+                let interest = match conn.stream {
+                    Stream::Tcp(_) => sys::Interest::Write,
+                    Stream::Shm(_) => sys::Interest::Read,
+                };
+                let _ = sys::wait_fd(conn.stream.raw_fd(), interest, NAP);
+            }
+            conn.stream.disarm();
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Receive side of one connection: reads frames off its stream and places
+//! their payload where it belongs.
+//!
+//! A message goes straight into the reader's buffer when a read is waiting
+//! with room for it and nothing is queued before it (one copy, out of the
+//! socket or ring). Otherwise it is staged in the token pool and copied out
+//! when read. A staged message that outgrows the pool moves into the
+//! reader's buffer as soon as one large enough is offered, so a bounded pool
+//! still carries messages of any size. Put payload goes straight into the
+//! registered region after the whole put has been checked.
+
+use macrolink_wire::{FrameKind, Header, Refusal};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::put::{PutStatus, PutTable, Regions};
+use crate::framing::{FrameReader, RxError};
+use crate::pool::{Chain, TokenPool};
+use crate::sys;
+use crate::transport::Stream;
+use crate::types::{Addr, Completion, Mode, RecvKind, RegionKey, Stats, Transport};
+
+/// Something waiting for the application in arrival order.
+#[derive(Debug)]
+pub(crate) enum Ready {
+    Msg {
+        from: Addr,
+        mode: Mode,
+        transport: Transport,
+        len: usize,
+        chain: Chain,
+    },
+    Placed {
+        from: Addr,
+        transport: Transport,
+        key: RegionKey,
+        offset: u64,
+        len: usize,
+    },
+    Lost {
+        peer: Addr,
+        reason: String,
+    },
+}
+
+/// Endpoint state the receive path writes into.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) id: u32,
+    pub(crate) completion: Completion,
+    pub(crate) pool: TokenPool,
+    pub(crate) ready: VecDeque<Ready>,
+    pub(crate) ready_cap: usize,
+    pub(crate) regions: Regions,
+    pub(crate) puts: PutTable,
+    pub(crate) stats: Stats,
+}
+
+impl Core {
+    /// Copies `data` into a new chain; `None` (nothing kept) when the pool or
+    /// the queue is full.
+    pub(crate) fn stage(&mut self, data: &[u8]) -> Option<Chain> {
+        if self.ready.len() >= self.ready_cap {
+            return None;
+        }
+        let mut chain = Chain::EMPTY;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let Some(space) = self.pool.tail_space(&mut chain) else {
+                self.pool.release(chain);
+                return None;
+            };
+            let n = space.len().min(rest.len());
+            space[..n].copy_from_slice(&rest[..n]);
+            self.pool.commit(&chain, n);
+            rest = &rest[n..];
+        }
+        Some(chain)
+    }
+}
+
+/// Where the message or put being received on a connection stands.
+#[derive(Debug)]
+enum Asm {
+    Idle,
+    Staged {
+        mode: Mode,
+        total: u64,
+        got: u64,
+        chain: Chain,
+    },
+    Direct {
+        mode: Mode,
+        total: u64,
+        got: u64,
+    },
+    Put {
+        seq: u64,
+        key: u64,
+        start: u64,
+        total: u64,
+        got: u64,
+        region: Result<usize, Refusal>,
+        notify: bool,
+    },
+}
+
+/// One connection of an endpoint.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) peer: Addr,
+    pub(crate) stream: Stream,
+    rx: FrameReader,
+    asm: Asm,
+    rx_seq: u64,
+    /// The current frame passed its checks and is being read.
+    frame_started: bool,
+    pub(crate) tx_seq: u64,
+    /// Control frames (put answers) waiting to be sent between messages.
+    pub(crate) ctrl_out: VecDeque<Header>,
+}
+
+/// What one pass over a connection did.
+#[derive(Debug)]
+pub(crate) enum Step {
+    Idle,
+    Moved,
+    Delivered(crate::types::Recv),
+    /// A message fills the pool and the waiting reader's buffer is smaller.
+    TooSmall(u64),
+    Lost(String),
+}
+
+/// Longest a sleeping wait lasts before looking around again.
+pub(crate) const NAP: Duration = Duration::from_millis(200);
+/// Idle polls between liveness checks of shared-memory peers.
+pub(crate) const SPINS_PER_CHECK: u32 = 1 << 12;
+
+impl Conn {
+    pub(crate) fn new(peer: Addr, stream: Stream) -> Conn {
+        Conn {
+            peer,
+            stream,
+            rx: FrameReader::new(),
+            asm: Asm::Idle,
+            rx_seq: 0,
+            frame_started: false,
+            tx_seq: 0,
+            ctrl_out: VecDeque::with_capacity(16),
+        }
+    }
+
+    /// Gives tokens of a half-staged message back (the connection is gone).
+    pub(crate) fn release(&mut self, pool: &mut TokenPool) {
+        if let Asm::Staged { chain, .. } = std::mem::replace(&mut self.asm, Asm::Idle) {
+            pool.release(chain);
+        }
+    }
+
+    fn violation(&self, core: &mut Core, what: &str) -> Step {
+        core.stats.bad_frames += 1;
+        tracing::warn!(peer = %self.peer, "protocol violation: {what}; closing the connection");
+        Step::Lost(format!("protocol violation: {what}"))
+    }
+
+    /// Reads what has arrived. `user` is the buffer of a waiting read, if any.
+    pub(crate) fn progress(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Step {
+        let mut moved = false;
+        loop {
+            let h = match self.rx.header(&mut self.stream) {
+                Ok(Some(h)) => h,
+                Ok(None) if matches!(self.asm, Asm::Direct { .. }) => {
+                    // Between fragments of a message the reader's buffer holds.
+                    if let Err(e) = self.await_more(core.completion) {
+                        return Step::Lost(e);
+                    }
+                    continue;
+                }
+                Ok(None) => return if moved { Step::Moved } else { Step::Idle },
+                Err(RxError::Io(e)) => return Step::Lost(e.to_string()),
+                Err(RxError::Wire(e)) => {
+                    return self.violation(core, &format!("malformed frame: {e}"));
+                }
+            };
+            if h.dst_ep != core.id || Addr::new(h.src_node, h.src_ep) != self.peer {
+                return self.violation(core, "frame addressed to another endpoint");
+            }
+            let step = match h.kind {
+                FrameKind::Datagram | FrameKind::Data => self.message(core, h, user.as_deref_mut()),
+                FrameKind::Put => self.put(core, h),
+                FrameKind::PutAck | FrameKind::PutNack => {
+                    let status = if h.kind == FrameKind::PutAck {
+                        PutStatus::Done
+                    } else {
+                        PutStatus::Refused(Refusal::from_code(h.offset))
+                    };
+                    self.rx.finish();
+                    self.frame_started = false;
+                    if !core.puts.complete(h.seq, status) {
+                        return self.violation(core, "answer to no pending put");
+                    }
+                    Step::Moved
+                }
+                FrameKind::Hello | FrameKind::HelloOk | FrameKind::HelloRefused => {
+                    return self.violation(core, "handshake frame on an open connection")
+                }
+            };
+            match step {
+                Step::Moved => moved = true,
+                Step::Idle => return if moved { Step::Moved } else { Step::Idle },
+                done => return done,
+            }
+        }
+    }
+
+    fn message(&mut self, core: &mut Core, h: Header, user: Option<&mut [u8]>) -> Step {
+        let mode = if h.kind == FrameKind::Datagram {
+            Mode::Datagram
+        } else {
+            Mode::Reliable
+        };
+        if !self.frame_started {
+            match &self.asm {
+                Asm::Idle => {
+                    if h.offset != 0 {
+                        return self.violation(core, "message starts mid-way");
+                    }
+                    if mode == Mode::Reliable && h.seq != self.rx_seq {
+                        return self.violation(core, "reliable message out of order");
+                    }
+                    let fits = user.as_ref().is_some_and(|b| b.len() as u64 >= h.total);
+                    self.asm = if fits && core.ready.is_empty() {
+                        Asm::Direct {
+                            mode,
+                            total: h.total,
+                            got: 0,
+                        }
+                    } else if core.ready.len() < core.ready_cap {
+                        Asm::Staged {
+                            mode,
+                            total: h.total,
+                            got: 0,
+                            chain: Chain::EMPTY,
+                        }
+                    } else {
+                        return Step::Idle;
+                    };
+                    if mode == Mode::Reliable {
+                        self.rx_seq += 1;
+                    }
+                }
+                Asm::Staged { total, got, .. } | Asm::Direct { total, got, .. } => {
+                    if h.kind != FrameKind::Data || h.total != *total || h.offset != *got {
+                        return self.violation(core, "fragment does not continue its message");
+                    }
+                }
+                Asm::Put { .. } => return self.violation(core, "message inside a put"),
+            }
+            self.frame_started = true;
+        }
+        let mut user = user;
+        let mut moved = false;
+        while self.rx.left() > 0 {
+            let n = match &mut self.asm {
+                Asm::Direct { got, .. } => {
+                    let Some(buf) = user.as_deref_mut() else {
+                        unreachable!("direct placement without a reader")
+                    };
+                    let at = *got as usize;
+                    let left = self.rx.left();
+                    match self.rx.payload(&mut self.stream, &mut buf[at..at + left]) {
+                        Ok(0) => {
+                            // The rest of this message is on its way: wait for
+                            // it here, the reader's buffer holds its head.
+                            if let Err(e) = self.await_more(core.completion) {
+                                return Step::Lost(e);
+                            }
+                            continue;
+                        }
+                        Ok(n) => n,
+                        Err(e) => return Step::Lost(e.to_string()),
+                    }
+                }
+                Asm::Staged {
+                    chain,
+                    total,
+                    got,
+                    mode,
+                } => match core.pool.tail_space(chain) {
+                    Some(space) => match self.rx.payload(&mut self.stream, space) {
+                        Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                        Ok(n) => {
+                            core.pool.commit(chain, n);
+                            n
+                        }
+                        Err(e) => return Step::Lost(e.to_string()),
+                    },
+                    None => {
+                        // Pool exhausted: move into the reader's buffer if one
+                        // large enough waits, else hold back.
+                        if !core.ready.is_empty() {
+                            return if moved { Step::Moved } else { Step::Idle };
+                        }
+                        let fits = user.as_ref().is_some_and(|b| b.len() as u64 >= *total);
+                        let Some(buf) = user.as_deref_mut().filter(|_| fits) else {
+                            if user.is_some() && !moved {
+                                return Step::TooSmall(*total);
+                            }
+                            return if moved { Step::Moved } else { Step::Idle };
+                        };
+                        core.pool.drain_into(*chain, buf);
+                        self.asm = Asm::Direct {
+                            mode: *mode,
+                            total: *total,
+                            got: *got,
+                        };
+                        continue;
+                    }
+                },
+                _ => unreachable!("message state"),
+            };
+            moved = true;
+            match &mut self.asm {
+                Asm::Direct { got, .. } | Asm::Staged { got, .. } => *got += n as u64,
+                _ => unreachable!("message state"),
+            }
+        }
+        self.rx.finish();
+        self.frame_started = false;
+        let transport = self.stream.transport();
+        match std::mem::replace(&mut self.asm, Asm::Idle) {
+            Asm::Direct { mode, total, got } if got == total => {
+                core.stats.messages_in += 1;
+                core.stats.bytes_in += total;
+                Step::Delivered(crate::types::Recv {
+                    from: self.peer,
+                    len: total as usize,
+                    kind: RecvKind::Message(mode),
+                    transport,
+                })
+            }
+            Asm::Staged {
+                mode,
+                total,
+                got,
+                chain,
+            } if got == total => {
+                core.ready.push_back(Ready::Msg {
+                    from: self.peer,
+                    mode,
+                    transport,
+                    len: total as usize,
+                    chain,
+                });
+                Step::Moved
+            }
+            partial => {
+                self.asm = partial;
+                Step::Moved
+            }
+        }
+    }
+
+    /// Sleeps or spins until more bytes may have arrived on this stream.
+    fn await_more(&mut self, completion: Completion) -> Result<(), String> {
+        match completion {
+            Completion::Poll => {
+                for _ in 0..SPINS_PER_CHECK {
+                    std::hint::spin_loop();
+                }
+                self.stream.check_alive();
+            }
+            Completion::Wait => {
+                if self.stream.arm_read() {
+                    let r = sys::wait_fd(self.stream.raw_fd(), sys::Interest::Read, NAP);
+                    self.stream.disarm();
+                    r.map_err(|e| e.to_string())?;
+                } else {
+                    self.stream.disarm();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, core: &mut Core, h: Header) -> Step {
+        if !self.frame_started {
+            match &self.asm {
+                Asm::Idle => {
+                    self.asm = Asm::Put {
+                        seq: h.seq,
+                        key: h.key,
+                        start: h.offset,
+                        total: h.total,
+                        got: 0,
+                        region: core.regions.check(h.key, h.offset, h.total),
+                        notify: h.flags.contains(macrolink_wire::Flags::NOTIFY),
+                    };
+                }
+                Asm::Put {
+                    seq,
+                    key,
+                    start,
+                    total,
+                    got,
+                    ..
+                } => {
+                    if h.seq != *seq
+                        || h.key != *key
+                        || h.total != *total
+                        || h.offset != start + got
+                        || got + u64::from(h.len) > *total
+                    {
+                        return self.violation(core, "put fragment does not continue its put");
+                    }
+                }
+                _ => return self.violation(core, "put inside a message"),
+            }
+            self.frame_started = true;
+        }
+        let Asm::Put { region, got, .. } = &mut self.asm else {
+            unreachable!("put state")
+        };
+        let end = h.offset as usize + h.len as usize;
+        let mut moved = false;
+        while self.rx.left() > 0 {
+            let r = match region {
+                Ok(i) => {
+                    let at = end - self.rx.left();
+                    let mem = core.regions.slot_mut(*i);
+                    self.rx.payload(&mut self.stream, &mut mem[at..end])
+                }
+                Err(_) => self.rx.discard(&mut self.stream),
+            };
+            match r {
+                Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                Ok(_) => moved = true,
+                Err(e) => return Step::Lost(e.to_string()),
+            }
+        }
+        self.rx.finish();
+        self.frame_started = false;
+        *got += u64::from(h.len);
+        let Asm::Put {
+            seq,
+            key,
+            start,
+            total,
+            got,
+            region,
+            notify,
+        } = &self.asm
+        else {
+            unreachable!("put state")
+        };
+        if got < total {
+            return Step::Moved;
+        }
+        let mut answer = Header::new(FrameKind::PutAck);
+        answer.seq = *seq;
+        match region {
+            Ok(_) => {
+                core.stats.bytes_in += total;
+                if *notify {
+                    core.ready.push_back(Ready::Placed {
+                        from: self.peer,
+                        transport: self.stream.transport(),
+                        key: RegionKey(*key),
+                        offset: *start,
+                        len: *total as usize,
+                    });
+                }
+            }
+            Err(r) => {
+                core.stats.puts_refused += 1;
+                answer.kind = FrameKind::PutNack;
+                answer.offset = r.code();
+                tracing::debug!(peer = %self.peer, "put refused: {r}");
+            }
+        }
+        self.ctrl_out.push_back(answer);
+        self.asm = Asm::Idle;
+        Step::Moved
+    }
+}

@@ -1,0 +1,131 @@
+//! Datagram mode over UDP: one socket per endpoint, one frame per datagram.
+
+use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+
+use super::rx::{Core, Ready, Step};
+use crate::error::Result;
+use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
+
+/// An endpoint's UDP socket and what it has learned of its peers.
+#[derive(Debug)]
+pub(crate) struct Udp {
+    sock: UdpSocket,
+    scratch: Box<[u8]>,
+    learned: HashMap<Addr, SocketAddr>,
+}
+
+impl Udp {
+    pub(crate) fn bind(ip: IpAddr, mtu: usize) -> io::Result<Udp> {
+        let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        sock.set_nonblocking(true)?;
+        Ok(Udp {
+            sock,
+            scratch: vec![0u8; HEADER_LEN + mtu.max(macrolink_wire::MAX_DATAGRAM as usize)]
+                .into_boxed_slice(),
+            learned: HashMap::new(),
+        })
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.sock.local_addr().map_or(0, |a| a.port())
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    pub(crate) fn learned(&self, a: Addr) -> Option<SocketAddr> {
+        self.learned.get(&a).copied()
+    }
+
+    pub(crate) fn learn(&mut self, a: Addr, sa: SocketAddr) {
+        self.learned.insert(a, sa);
+    }
+
+    pub(crate) fn send(&mut self, h: &Header, data: &[u8], to: SocketAddr) -> Result<()> {
+        let n = HEADER_LEN + data.len();
+        self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
+        self.scratch[HEADER_LEN..n].copy_from_slice(data);
+        for _ in 0..1000 {
+            match self.sock.send_to(&self.scratch[..n], to) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    crate::sys::wait_fd(
+                        self.sock.as_raw_fd(),
+                        crate::sys::Interest::Write,
+                        std::time::Duration::from_millis(10),
+                    )?;
+                }
+                // An ICMP error from an earlier datagram: datagrams are unreliable.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives waiting datagrams; delivers the first straight into `user`
+    /// when it fits and nothing is queued, stages the rest.
+    pub(crate) fn progress(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Result<Step> {
+        let mut moved = false;
+        loop {
+            let (n, src) = match self.sock.recv_from(&mut self.scratch) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e.into()),
+            };
+            moved = true;
+            let h = match Header::decode(&self.scratch[..n]) {
+                Ok(h)
+                    if h.kind == FrameKind::Datagram
+                        && h.len as usize == n - HEADER_LEN
+                        && h.dst_ep == core.id =>
+                {
+                    h
+                }
+                Ok(_) => {
+                    core.stats.bad_frames += 1;
+                    tracing::warn!(%src, "dropped a datagram that is not for this endpoint");
+                    continue;
+                }
+                Err(e) => {
+                    core.stats.bad_frames += 1;
+                    tracing::warn!(%src, "dropped a malformed datagram: {e}");
+                    continue;
+                }
+            };
+            let from = Addr::new(h.src_node, h.src_ep);
+            self.learned.entry(from).or_insert(src);
+            let data = &self.scratch[HEADER_LEN..n];
+            if let Some(buf) = user.as_deref_mut() {
+                if core.ready.is_empty() && buf.len() >= data.len() {
+                    buf[..data.len()].copy_from_slice(data);
+                    core.stats.messages_in += 1;
+                    core.stats.bytes_in += data.len() as u64;
+                    return Ok(Step::Delivered(Recv {
+                        from,
+                        len: data.len(),
+                        kind: RecvKind::Message(Mode::Datagram),
+                        transport: Transport::Udp,
+                    }));
+                }
+            }
+            match core.stage(data) {
+                Some(chain) => core.ready.push_back(Ready::Msg {
+                    from,
+                    mode: Mode::Datagram,
+                    transport: Transport::Udp,
+                    len: data.len(),
+                    chain,
+                }),
+                None => core.stats.dropped_datagrams += 1,
+            }
+        }
+        Ok(if moved { Step::Moved } else { Step::Idle })
+    }
+}

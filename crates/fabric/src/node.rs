@@ -1,0 +1,540 @@
+//! A process's presence in the fabric: its node id, its listeners, and the
+//! handshake that turns an accepted socket into a connection of one of its
+//! endpoints.
+//!
+//! ```text
+//!  initiator endpoint                 node of the target
+//!  ─────────────────                  ──────────────────
+//!  connect(tcp | unix socket) ───────► acceptor thread
+//!  Hello{src, dst_ep[, segment]} ────► handshake thread: endpoint open?
+//!                      ◄───────────── HelloOk / HelloRefused
+//!                                      stream handed to the endpoint's inbox,
+//!                                      eventfd rung; the endpoint adopts it
+//!                                      on its next progress call
+//! ```
+
+use macrolink_wire::{Flags, FrameKind, Header, Refusal, HEADER_LEN};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::sys::{self, EventFd};
+use crate::transport::shm::{ShmStream, Side};
+use crate::transport::Stream;
+use crate::types::{Addr, EndpointConfig, Transport};
+
+/// How long a handshake may take before it is abandoned.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default datagram MTU: payload bytes, as InfiniBand UD's 2048.
+pub const DEFAULT_MTU: usize = 2048;
+/// Default bytes of each shared-memory ring.
+pub const DEFAULT_RING: usize = 4 << 20;
+
+/// Settings of one node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Node id, unique in the cluster.
+    pub id: u32,
+    /// Directory where nodes of this host meet for shared memory
+    /// (`node-<id>.sock`). `None` disables shm.
+    pub shm_dir: Option<PathBuf>,
+    /// TCP listen address (port 0 picks one). `None` disables tcp.
+    pub tcp: Option<SocketAddr>,
+    /// Address to bind endpoints' UDP sockets on. `None` disables udp.
+    pub udp: Option<IpAddr>,
+    /// TCP addresses of other nodes.
+    pub peers: BTreeMap<u32, SocketAddr>,
+    /// Largest datagram payload.
+    pub datagram_mtu: usize,
+    /// Bytes of each shared-memory ring (a power of two).
+    pub shm_ring: usize,
+}
+
+impl NodeConfig {
+    /// A node on loopback with tcp on a free port, udp, and shm in `shm_dir`.
+    pub fn local(id: u32, shm_dir: impl Into<PathBuf>) -> NodeConfig {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        NodeConfig {
+            id,
+            shm_dir: Some(shm_dir.into()),
+            tcp: Some(SocketAddr::new(lo, 0)),
+            udp: Some(lo),
+            peers: BTreeMap::new(),
+            datagram_mtu: DEFAULT_MTU,
+            shm_ring: DEFAULT_RING,
+        }
+    }
+}
+
+/// The default directory where nodes of this host meet.
+pub fn default_shm_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("macrolink"),
+        // SAFETY: getuid has no preconditions and cannot fail.
+        None => std::env::temp_dir().join(format!("macrolink-{}", unsafe { libc::getuid() })),
+    }
+}
+
+/// A connection the node accepted for one of its endpoints.
+#[derive(Debug)]
+pub(crate) struct Incoming {
+    pub(crate) peer: Addr,
+    pub(crate) stream: Stream,
+}
+
+/// Where the node's acceptors leave new connections of one endpoint.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    pending: Mutex<Vec<Incoming>>,
+    flag: AtomicBool,
+    pub(crate) wake: EventFd,
+    pub(crate) udp_port: u16,
+}
+
+impl Inbox {
+    pub(crate) fn new(udp_port: u16) -> io::Result<Inbox> {
+        Ok(Inbox {
+            pending: Mutex::new(Vec::new()),
+            flag: AtomicBool::new(false),
+            wake: EventFd::new()?,
+            udp_port,
+        })
+    }
+
+    fn push(&self, inc: Incoming) {
+        lock(&self.pending).push(inc);
+        self.flag.store(true, Ordering::Release);
+        self.wake.notify();
+    }
+
+    /// New connections, if any; one atomic load when there are none.
+    pub(crate) fn take(&self, into: &mut Vec<Incoming>) {
+        if self.flag.load(Ordering::Acquire) && self.flag.swap(false, Ordering::AcqRel) {
+            into.append(&mut lock(&self.pending));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// State shared by a node's endpoints and acceptor threads.
+#[derive(Debug)]
+pub(crate) struct NodeShared {
+    pub(crate) id: u32,
+    pub(crate) mtu: usize,
+    pub(crate) ring: usize,
+    pub(crate) shm_dir: Option<PathBuf>,
+    seg_dir: PathBuf,
+    pub(crate) tcp_addr: Option<SocketAddr>,
+    pub(crate) udp_ip: Option<IpAddr>,
+    peers: Mutex<BTreeMap<u32, SocketAddr>>,
+    registry: Mutex<HashMap<u32, Arc<Inbox>>>,
+    seg_counter: AtomicU64,
+    stopping: AtomicBool,
+}
+
+impl NodeShared {
+    pub(crate) fn register(&self, ep: u32, inbox: Arc<Inbox>) -> Result<()> {
+        let mut reg = lock(&self.registry);
+        if reg.contains_key(&ep) {
+            return Err(Error::EndpointInUse(ep));
+        }
+        reg.insert(ep, inbox);
+        Ok(())
+    }
+
+    pub(crate) fn unregister(&self, ep: u32) {
+        lock(&self.registry).remove(&ep);
+    }
+
+    fn inbox(&self, ep: u32) -> Option<Arc<Inbox>> {
+        lock(&self.registry).get(&ep).cloned()
+    }
+
+    fn sock_path(&self, node: u32) -> Option<PathBuf> {
+        self.shm_dir
+            .as_ref()
+            .map(|d| d.join(format!("node-{node}.sock")))
+    }
+
+    /// Whether `node` can be reached over shared memory from here.
+    pub(crate) fn shm_reaches(&self, node: u32) -> bool {
+        self.sock_path(node).is_some_and(|p| p.exists())
+    }
+
+    pub(crate) fn tcp_peer(&self, node: u32) -> Option<SocketAddr> {
+        if node == self.id {
+            return self.tcp_addr;
+        }
+        lock(&self.peers).get(&node).copied()
+    }
+
+    /// Opens a connection from endpoint `from` to `to`.
+    pub(crate) fn connect(&self, from: Addr, to: Addr, transport: Transport) -> Result<Stream> {
+        let unreachable = Error::Unreachable {
+            node: to.node,
+            transport,
+        };
+        let mut hello = Header::new(FrameKind::Hello);
+        hello.src_node = from.node;
+        hello.src_ep = from.ep;
+        hello.dst_ep = to.ep;
+        match transport {
+            Transport::Tcp => {
+                let addr = self.tcp_peer(to.node).ok_or(unreachable)?;
+                let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
+                s.set_nodelay(true)?;
+                s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                s.write_all(&hello.encode())?;
+                expect_ok(&mut s, to)?;
+                s.set_read_timeout(None)?;
+                s.set_nonblocking(true)?;
+                Ok(Stream::Tcp(s))
+            }
+            Transport::Shm => {
+                let path = self.sock_path(to.node).ok_or(unreachable)?;
+                let mut s = UnixStream::connect(&path).map_err(|e| match e.kind() {
+                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::Unreachable {
+                        node: to.node,
+                        transport,
+                    },
+                    _ => e.into(),
+                })?;
+                s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                let seg = self.seg_dir.join(format!(
+                    "macrolink-{}-{}-{}-{}",
+                    std::process::id(),
+                    from.node,
+                    from.ep,
+                    self.seg_counter.fetch_add(1, Ordering::Relaxed)
+                ));
+                let (_file, map) = ShmStream::create(&seg, self.ring)?;
+                let name = seg.as_os_str().as_encoded_bytes();
+                hello.len = name.len() as u32;
+                hello.total = self.ring as u64;
+                let sent = s
+                    .write_all(&hello.encode())
+                    .and_then(|()| s.write_all(name))
+                    .map_err(Error::from)
+                    .and_then(|()| expect_ok(&mut s, to));
+                // Both sides have it mapped (or the peer refused): the name
+                // is no longer needed.
+                let _ = std::fs::remove_file(&seg);
+                sent?;
+                s.set_read_timeout(None)?;
+                Ok(Stream::Shm(Box::new(ShmStream::new(
+                    map,
+                    self.ring,
+                    Side::Initiator,
+                    s,
+                )?)))
+            }
+            Transport::Udp => Err(Error::Unsupported {
+                transport,
+                mode: crate::types::Mode::Reliable,
+            }),
+        }
+    }
+
+    /// Asks the node of `to` for the UDP address of endpoint `to.ep`.
+    pub(crate) fn resolve_udp(&self, from: Addr, to: Addr) -> Result<SocketAddr> {
+        let addr = self.tcp_peer(to.node).ok_or(Error::Unreachable {
+            node: to.node,
+            transport: Transport::Udp,
+        })?;
+        let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let mut hello = Header::new(FrameKind::Hello);
+        hello.flags = Flags::RESOLVE_UDP;
+        hello.src_node = from.node;
+        hello.src_ep = from.ep;
+        hello.dst_ep = to.ep;
+        s.write_all(&hello.encode())?;
+        let port = expect_ok(&mut s, to)?;
+        if port == 0 || port > u64::from(u16::MAX) {
+            return Err(Error::Unreachable {
+                node: to.node,
+                transport: Transport::Udp,
+            });
+        }
+        Ok(SocketAddr::new(addr.ip(), port as u16))
+    }
+}
+
+/// Reads the handshake answer; returns its `offset` field.
+fn expect_ok(s: &mut impl Read, to: Addr) -> Result<u64> {
+    let mut b = [0u8; HEADER_LEN];
+    s.read_exact(&mut b)?;
+    let h = Header::decode(&b).map_err(|source| Error::Protocol {
+        peer: to.to_string(),
+        source,
+    })?;
+    match h.kind {
+        FrameKind::HelloOk => Ok(h.offset),
+        FrameKind::HelloRefused => match Refusal::from_code(h.offset) {
+            Refusal::NoSuchEndpoint => Err(Error::NoSuchEndpoint(to)),
+            r => Err(Error::Io(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                r.to_string(),
+            ))),
+        },
+        _ => Err(Error::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "unexpected handshake answer",
+        ))),
+    }
+}
+
+/// One process's node: listeners for tcp and shm, and the endpoints it opens.
+#[derive(Debug)]
+pub struct Node {
+    shared: Arc<NodeShared>,
+    acceptors: Vec<(RawFd, JoinHandle<()>)>,
+    sock_path: Option<PathBuf>,
+}
+
+impl Node {
+    /// Starts the node's listeners.
+    pub fn start(cfg: NodeConfig) -> Result<Node> {
+        if cfg.datagram_mtu == 0 || cfg.datagram_mtu > macrolink_wire::MAX_DATAGRAM as usize {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "datagram MTU must be 1..={}",
+                    macrolink_wire::MAX_DATAGRAM
+                ),
+            )));
+        }
+        let tcp = cfg.tcp.map(TcpListener::bind).transpose()?;
+        let tcp_addr = tcp.as_ref().map(|l| l.local_addr()).transpose()?;
+        let mut sock_path = None;
+        let unix = match &cfg.shm_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                let path = dir.join(format!("node-{}.sock", cfg.id));
+                // A socket file left by a dead node of the same id.
+                if UnixStream::connect(&path).is_err() {
+                    let _ = std::fs::remove_file(&path);
+                }
+                let l = UnixListener::bind(&path)?;
+                sock_path = Some(path);
+                Some(l)
+            }
+            None => None,
+        };
+        let seg_dir = match &cfg.shm_dir {
+            Some(_) if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+            Some(d) => d.clone(),
+            None => std::env::temp_dir(),
+        };
+        let shared = Arc::new(NodeShared {
+            id: cfg.id,
+            mtu: cfg.datagram_mtu,
+            ring: cfg.shm_ring,
+            shm_dir: cfg.shm_dir.clone(),
+            seg_dir,
+            tcp_addr,
+            udp_ip: cfg.udp,
+            peers: Mutex::new(cfg.peers.clone()),
+            registry: Mutex::new(HashMap::new()),
+            seg_counter: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+        });
+        let mut acceptors = Vec::new();
+        if let Some(l) = tcp {
+            let fd = l.as_raw_fd();
+            let sh = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("ml-tcp-accept-{}", cfg.id))
+                .spawn(move || accept_loop(sh, || l.accept().map(|(s, _)| Accepted::Tcp(s))))?;
+            acceptors.push((fd, h));
+        }
+        if let Some(l) = unix {
+            let fd = l.as_raw_fd();
+            let sh = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("ml-shm-accept-{}", cfg.id))
+                .spawn(move || accept_loop(sh, || l.accept().map(|(s, _)| Accepted::Unix(s))))?;
+            acceptors.push((fd, h));
+        }
+        Ok(Node {
+            shared,
+            acceptors,
+            sock_path,
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// The TCP address the node listens on, if tcp is enabled.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.shared.tcp_addr
+    }
+
+    /// Largest datagram payload.
+    pub fn datagram_mtu(&self) -> usize {
+        self.shared.mtu
+    }
+
+    /// Records the TCP address of another node.
+    pub fn add_peer(&self, node: u32, addr: SocketAddr) {
+        lock(&self.shared.peers).insert(node, addr);
+    }
+
+    /// Opens endpoint `ep` on this node (DP-II's `dp_open`).
+    pub fn open(&self, ep: u32, cfg: EndpointConfig) -> Result<Endpoint> {
+        Endpoint::open(self.shared.clone(), ep, cfg)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        for (fd, _) in &self.acceptors {
+            sys::shutdown(*fd);
+        }
+        for (_, h) in self.acceptors.drain(..) {
+            let _ = h.join();
+        }
+        if let Some(p) = &self.sock_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+enum Accepted {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Result<Accepted>) {
+    loop {
+        let acc = accept();
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        match acc {
+            Ok(a) => {
+                let sh = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("ml-handshake".into())
+                    .spawn(move || {
+                        if let Err(e) = handshake(&sh, a) {
+                            tracing::debug!("handshake failed: {e}");
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!("cannot start a handshake: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn reply(s: &mut impl Write, kind: FrameKind, code: u64) -> io::Result<()> {
+    let mut h = Header::new(kind);
+    h.offset = code;
+    s.write_all(&h.encode())
+}
+
+fn read_hello(s: &mut impl Read) -> io::Result<Header> {
+    let mut b = [0u8; HEADER_LEN];
+    s.read_exact(&mut b)?;
+    match Header::decode(&b) {
+        Ok(h) if h.kind == FrameKind::Hello => Ok(h),
+        Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "expected hello")),
+        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+    }
+}
+
+fn handshake(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
+    match acc {
+        Accepted::Tcp(mut s) => {
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+            s.set_nodelay(true)?;
+            let h = read_hello(&mut s)?;
+            if h.len != 0 {
+                return reply(&mut s, FrameKind::HelloRefused, Refusal::Malformed.code());
+            }
+            let Some(inbox) = shared.inbox(h.dst_ep) else {
+                return reply(&mut s, FrameKind::HelloRefused, Refusal::NoSuchEndpoint.code());
+            };
+            if h.flags.contains(Flags::RESOLVE_UDP) {
+                return reply(&mut s, FrameKind::HelloOk, u64::from(inbox.udp_port));
+            }
+            reply(&mut s, FrameKind::HelloOk, 0)?;
+            s.set_read_timeout(None)?;
+            s.set_nonblocking(true)?;
+            inbox.push(Incoming {
+                peer: Addr::new(h.src_node, h.src_ep),
+                stream: Stream::Tcp(s),
+            });
+            Ok(())
+        }
+        Accepted::Unix(mut s) => {
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+            let h = read_hello(&mut s)?;
+            let mut name = vec![0u8; h.len as usize];
+            s.read_exact(&mut name)?;
+            let Some(inbox) = shared.inbox(h.dst_ep) else {
+                return reply(&mut s, FrameKind::HelloRefused, Refusal::NoSuchEndpoint.code());
+            };
+            let map = match segment_path(shared, &name)
+                .and_then(|p| ShmStream::open(&p, h.total as usize))
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("refusing shm connection: {e}");
+                    return reply(&mut s, FrameKind::HelloRefused, Refusal::Malformed.code());
+                }
+            };
+            reply(&mut s, FrameKind::HelloOk, 0)?;
+            s.set_read_timeout(None)?;
+            let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, s)?;
+            inbox.push(Incoming {
+                peer: Addr::new(h.src_node, h.src_ep),
+                stream: Stream::Shm(Box::new(stream)),
+            });
+            Ok(())
+        }
+    }
+}
+
+/// The segment a peer names must be one of ours: in the segment directory,
+/// with our prefix.
+fn segment_path(shared: &NodeShared, name: &[u8]) -> io::Result<PathBuf> {
+    let p = PathBuf::from(
+        std::str::from_utf8(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "segment name not UTF-8"))?,
+    );
+    let ok = p.parent() == Some(shared.seg_dir.as_path())
+        && p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("macrolink-") && !f.contains('/'));
+    if ok {
+        Ok(p)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "segment outside the segment directory",
+        ))
+    }
+}

@@ -1,0 +1,126 @@
+//! Thin wrappers over the few system calls the transports need.
+//!
+//! Every call goes through [`syscall!`], which turns a `-1` return into the
+//! `io::Error` of `errno`.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: every caller passes arguments that satisfy the documented
+        // contract of the libc function named here (valid fds, pointers to live
+        // buffers of the stated length).
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+/// Sends the slices in order without blocking and without raising SIGPIPE.
+/// Returns the bytes taken (0 when the socket buffer is full).
+pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI compatible with iovec on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len() as _;
+    match syscall!(sendmsg(
+        fd,
+        &msg,
+        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+    )) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Receives without blocking. `Ok(None)`: nothing there now. `Ok(Some(0))`:
+/// the peer closed the stream (only for a non-empty `dst`).
+pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<usize>> {
+    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+    match syscall!(recv(fd, dst.as_mut_ptr().cast(), dst.len(), flags)) {
+        Ok(n) => Ok(Some(n as usize)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// What `poll` waits for on one descriptor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Interest {
+    Read,
+    Write,
+}
+
+/// Blocks until one of `fds` is ready or `timeout` passes. Returns the
+/// number of ready descriptors; hang-ups count as ready.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+    match syscall!(poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms)) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) fn pollfd(fd: RawFd, interest: Interest) -> libc::pollfd {
+    let events = match interest {
+        Interest::Read => libc::POLLIN,
+        Interest::Write => libc::POLLOUT | libc::POLLIN,
+    };
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Waits on one descriptor.
+pub(crate) fn wait_fd(fd: RawFd, interest: Interest, timeout: Duration) -> io::Result<()> {
+    let mut p = [pollfd(fd, interest)];
+    poll(&mut p, Some(timeout)).map(drop)
+}
+
+/// An eventfd: a counter another thread bumps to wake a sleeping endpoint.
+#[derive(Debug)]
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> io::Result<EventFd> {
+        let fd = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
+        // SAFETY: eventfd just returned this descriptor; nothing else owns it.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn notify(&self) {
+        let one: u64 = 1;
+        // A full counter (EAGAIN) still leaves the fd readable: nothing to do.
+        let _ = syscall!(write(
+            self.0.as_raw_fd(),
+            (&one as *const u64).cast(),
+            8
+        ));
+    }
+
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        let _ = syscall!(read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8));
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Unblocks a thread sitting in `accept` on `fd`.
+pub(crate) fn shutdown(fd: RawFd) {
+    let _ = syscall!(shutdown(fd, libc::SHUT_RDWR));
+}

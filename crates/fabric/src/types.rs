@@ -1,0 +1,159 @@
+//! The names the messaging API speaks in.
+
+use std::fmt;
+
+/// An endpoint's address: (node id, endpoint id), as in DP-II's (NID, DPID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Addr {
+    /// Node id.
+    pub node: u32,
+    /// Endpoint id on that node.
+    pub ep: u32,
+}
+
+impl Addr {
+    /// The address of endpoint `ep` on node `node`.
+    pub const fn new(node: u32, ep: u32) -> Addr {
+        Addr { node, ep }
+    }
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.node, self.ep)
+    }
+}
+
+/// Transfer mode of a target, after the InfiniBand transport types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Unreliable, unordered, at most one MTU per message (like UD).
+    Datagram,
+    /// Connected, ordered, any size (like RC).
+    Reliable,
+    /// One-sided write into a registered region of the target (like RDMA write).
+    Put,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Datagram => "datagram",
+            Mode::Reliable => "reliable",
+            Mode::Put => "put",
+        })
+    }
+}
+
+/// How bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Same host: rings in shared memory.
+    Shm,
+    /// TCP, one connection per pair of endpoints.
+    Tcp,
+    /// UDP, datagram mode only.
+    Udp,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Shm => "shm",
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        })
+    }
+}
+
+/// How an endpoint waits for completions (the papers' "polling" and "event
+/// driven" columns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Completion {
+    /// Spin on the queues: lowest latency, one core busy.
+    #[default]
+    Poll,
+    /// Sleep in the kernel until something arrives: no core burnt.
+    Wait,
+}
+
+/// A target made by [`Endpoint::target`](crate::Endpoint::target).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target(pub(crate) u32);
+
+/// Access key of a registered region; a put must present it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegionKey(pub u64);
+
+/// A posted put, to wait on with [`Endpoint::wait_put`](crate::Endpoint::wait_put).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PutHandle(pub(crate) u64);
+
+/// What a read returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recv {
+    /// Sending endpoint.
+    pub from: Addr,
+    /// Bytes of the message (copied to the front of the buffer), or bytes
+    /// placed by a put.
+    pub len: usize,
+    /// Message or put notification.
+    pub kind: RecvKind,
+    /// Transport it came over.
+    pub transport: Transport,
+}
+
+/// Kind of a [`Recv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvKind {
+    /// A message, sent in the given mode.
+    Message(Mode),
+    /// A put the initiator asked to notify: `len` bytes now stand at `offset`
+    /// of the region with `key`. Nothing is copied into the read buffer.
+    PutPlaced {
+        /// Region written.
+        key: RegionKey,
+        /// Offset of the first byte written.
+        offset: u64,
+    },
+}
+
+/// Settings of one endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointConfig {
+    /// Polling or waiting completion.
+    pub completion: Completion,
+    /// Tokens in the receive pool.
+    pub tokens: usize,
+    /// Bytes per token.
+    pub token_size: usize,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            completion: Completion::Poll,
+            tokens: 64,
+            token_size: 64 * 1024,
+        }
+    }
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages delivered to the application.
+    pub messages_in: u64,
+    /// Messages sent.
+    pub messages_out: u64,
+    /// Payload bytes delivered (messages and placed puts).
+    pub bytes_in: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Frames that failed to decode or broke the protocol, and were dropped.
+    pub bad_frames: u64,
+    /// Datagrams dropped because no token was free.
+    pub dropped_datagrams: u64,
+    /// Puts refused (bad key, out of bounds).
+    pub puts_refused: u64,
+}

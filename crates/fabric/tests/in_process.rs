@@ -1,0 +1,205 @@
+//! Two nodes in one process, one thread each: the core's semantics without
+//! a second process (the multi-process suite lives with the CLI).
+
+use macrolink_fabric::{
+    Addr, Completion, EndpointConfig, Error, Mode, Node, NodeConfig, Recv, RecvKind, Refusal,
+    Transport,
+};
+use std::thread;
+use std::time::Duration;
+
+fn nodes() -> (Node, Node, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    (a, b, dir)
+}
+
+fn wait_cfg() -> EndpointConfig {
+    EndpointConfig {
+        completion: Completion::Wait,
+        ..EndpointConfig::default()
+    }
+}
+
+/// Echoes `count` messages back to their sender over the same transport.
+fn echo(node: &Node, ep: u32, count: usize) -> thread::JoinHandle<()> {
+    let mut e = node.open(ep, wait_cfg()).unwrap();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 8 << 20];
+        for _ in 0..count {
+            let r = e.read(&mut buf).unwrap();
+            let RecvKind::Message(mode) = r.kind else {
+                panic!("unexpected {r:?}")
+            };
+            let t = e.target_via(r.from, mode, r.transport).unwrap();
+            e.write(t, &buf[..r.len]).unwrap();
+        }
+    })
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn reliable_round_trips_over_shm_and_tcp() {
+    let (a, b, _d) = nodes();
+    let sizes = [0usize, 1, 10, 1000, 4096, 65536, 1 << 20, 4 << 20];
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let h = echo(&b, 5, sizes.len());
+        let mut e = a.open(7, wait_cfg()).unwrap();
+        let t = e.target_via(Addr::new(2, 5), Mode::Reliable, transport).unwrap();
+        let mut buf = vec![0u8; 4 << 20];
+        for (i, &n) in sizes.iter().enumerate() {
+            let msg = pattern(n, i as u8);
+            e.write(t, &msg).unwrap();
+            let r = e.read(&mut buf).unwrap();
+            assert_eq!(r.len, n, "{transport}");
+            assert_eq!(r.transport, transport);
+            assert!(buf[..n] == msg[..], "{transport} {n}");
+        }
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn staged_messages_larger_than_the_pool_still_arrive() {
+    let (a, b, _d) = nodes();
+    let small = EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 4,
+        token_size: 4096,
+    };
+    let mut rx = b.open(5, small).unwrap();
+    let mut tx = a.open(7, wait_cfg()).unwrap();
+    let t = tx.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm).unwrap();
+    let msgs: Vec<Vec<u8>> = (0..3).map(|i| pattern(300_000, i)).collect();
+    let sender = {
+        let msgs = msgs.clone();
+        thread::spawn(move || {
+            for m in &msgs {
+                tx.write(t, m).unwrap();
+            }
+            tx
+        })
+    };
+    // A small buffer first: refused, the message stays.
+    let mut tiny = [0u8; 10];
+    let err = loop {
+        match rx.read(&mut tiny) {
+            Err(e) => break e,
+            Ok(r) => panic!("{r:?}"),
+        }
+    };
+    assert!(matches!(err, Error::BufferTooSmall { needed: 300_000, .. }), "{err}");
+    let mut buf = vec![0u8; 300_000];
+    for m in &msgs {
+        let r = rx.read(&mut buf).unwrap();
+        assert_eq!(r.len, m.len());
+        assert!(buf == *m);
+    }
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn datagrams_over_udp_and_the_mtu_limit() {
+    let (a, b, _d) = nodes();
+    let h = echo(&b, 5, 4);
+    let mut e = a.open(7, wait_cfg()).unwrap();
+    let t = e.target_via(Addr::new(2, 5), Mode::Datagram, Transport::Udp).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for n in [0usize, 1, 10, 2048] {
+        let msg = pattern(n, 3);
+        e.write(t, &msg).unwrap();
+        let r = e.read_timeout(&mut buf, Duration::from_secs(10)).unwrap().expect("echo");
+        assert_eq!(r.kind, RecvKind::Message(Mode::Datagram));
+        assert_eq!(&buf[..r.len], &msg[..]);
+    }
+    let err = e.write(t, &[0u8; 2049]).unwrap_err();
+    assert!(matches!(err, Error::TooLarge { len: 2049, mtu: 2048 }), "{err}");
+    h.join().unwrap();
+}
+
+#[test]
+fn puts_land_in_place_and_bad_ones_change_nothing() {
+    let (a, b, _d) = nodes();
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let mut target = b.open(5, wait_cfg()).unwrap();
+        let key = target.register(8192).unwrap();
+        target.region_mut(key).unwrap().fill(0xee);
+        let mut init = a.open(7, wait_cfg()).unwrap();
+        let t = init.target_via(Addr::new(2, 5), Mode::Put, transport).unwrap();
+        let h = thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let r: Recv = target.read(&mut buf).unwrap();
+            (target, r)
+        });
+        let data = pattern(4096, 9);
+        // Refused: wrong key, past the end, overflowing offset.
+        let bad_key = macrolink_fabric::RegionKey(key.0 ^ 0x55);
+        assert!(matches!(
+            init.put_wait(t, &data, 0, bad_key, true),
+            Err(Error::PutRefused(Refusal::BadKey))
+        ));
+        assert!(matches!(
+            init.put_wait(t, &data, 8192 - 4095, key, true),
+            Err(Error::PutRefused(Refusal::OutOfBounds))
+        ));
+        assert!(matches!(
+            init.put_wait(t, &data, u64::MAX - 10, key, true),
+            Err(Error::PutRefused(Refusal::OutOfBounds))
+        ));
+        // Accepted, with notification.
+        init.put_wait(t, &data, 100, key, true).unwrap();
+        let (target, r) = h.join().unwrap();
+        assert_eq!(r.kind, RecvKind::PutPlaced { key, offset: 100 });
+        assert_eq!(r.len, 4096);
+        let region = target.region(key).unwrap();
+        assert!(region[..100].iter().all(|&b| b == 0xee));
+        assert_eq!(&region[100..4196], &data[..]);
+        assert!(region[4196..].iter().all(|&b| b == 0xee));
+        // The overflowing one is refused before it leaves the initiator.
+        assert_eq!(target.stats().puts_refused, 2);
+        // Writes on a put target are refused.
+        assert!(matches!(init.write(t, b"x"), Err(Error::WrongMode(Mode::Put))));
+    }
+}
+
+#[test]
+fn unknown_endpoint_is_refused_at_target() {
+    let (a, _b, _d) = nodes();
+    let mut e = a.open(7, wait_cfg()).unwrap();
+    for transport in [Transport::Shm, Transport::Tcp, Transport::Udp] {
+        let mode = if transport == Transport::Udp { Mode::Datagram } else { Mode::Reliable };
+        let err = e.target_via(Addr::new(2, 99), mode, transport).unwrap_err();
+        assert!(matches!(err, Error::NoSuchEndpoint(_)), "{transport}: {err}");
+    }
+    assert!(matches!(a.open(7, wait_cfg()), Err(Error::EndpointInUse(7))));
+}
+
+#[test]
+fn polling_completion_round_trips() {
+    let (a, b, _d) = nodes();
+    let mut rx = b.open(5, EndpointConfig::default()).unwrap();
+    let h = thread::spawn(move || {
+        let mut buf = vec![0u8; 1024];
+        for _ in 0..1000 {
+            let r = rx.read(&mut buf).unwrap();
+            let t = rx.target_via(r.from, Mode::Reliable, r.transport).unwrap();
+            rx.write(t, &buf[..r.len]).unwrap();
+        }
+    });
+    let mut e = a.open(7, EndpointConfig::default()).unwrap();
+    let t = e.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm).unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..1000u64 {
+        e.write(t, &i.to_le_bytes()).unwrap();
+        let r = e.read(&mut buf).unwrap();
+        assert_eq!(r.len, 8);
+        assert_eq!(u64::from_le_bytes(buf), i);
+    }
+    h.join().unwrap();
+}
