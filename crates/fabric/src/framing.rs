@@ -40,7 +40,9 @@ impl FrameReader {
             return Ok(Some(h));
         }
         while self.have < HEADER_LEN {
-            let n = s.try_read(&mut self.buf[self.have..]).map_err(RxError::Io)?;
+            let n = s
+                .try_read(&mut self.buf[self.have..])
+                .map_err(RxError::Io)?;
             if n == 0 {
                 return Ok(None);
             }

@@ -205,10 +205,12 @@ impl NodeShared {
             Transport::Shm => {
                 let path = self.sock_path(to.node).ok_or(unreachable)?;
                 let mut s = UnixStream::connect(&path).map_err(|e| match e.kind() {
-                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::Unreachable {
-                        node: to.node,
-                        transport,
-                    },
+                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+                        Error::Unreachable {
+                            node: to.node,
+                            transport,
+                        }
+                    }
                     _ => e.into(),
                 })?;
                 s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
@@ -310,10 +312,7 @@ impl Node {
         if cfg.datagram_mtu == 0 || cfg.datagram_mtu > macrolink_wire::MAX_DATAGRAM as usize {
             return Err(Error::Io(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "datagram MTU must be 1..={}",
-                    macrolink_wire::MAX_DATAGRAM
-                ),
+                format!("datagram MTU must be 1..={}", macrolink_wire::MAX_DATAGRAM),
             )));
         }
         let tcp = cfg.tcp.map(TcpListener::bind).transpose()?;
@@ -475,7 +474,11 @@ fn handshake(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 return reply(&mut s, FrameKind::HelloRefused, Refusal::Malformed.code());
             }
             let Some(inbox) = shared.inbox(h.dst_ep) else {
-                return reply(&mut s, FrameKind::HelloRefused, Refusal::NoSuchEndpoint.code());
+                return reply(
+                    &mut s,
+                    FrameKind::HelloRefused,
+                    Refusal::NoSuchEndpoint.code(),
+                );
             };
             if h.flags.contains(Flags::RESOLVE_UDP) {
                 return reply(&mut s, FrameKind::HelloOk, u64::from(inbox.udp_port));
@@ -495,7 +498,11 @@ fn handshake(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
             let mut name = vec![0u8; h.len as usize];
             s.read_exact(&mut name)?;
             let Some(inbox) = shared.inbox(h.dst_ep) else {
-                return reply(&mut s, FrameKind::HelloRefused, Refusal::NoSuchEndpoint.code());
+                return reply(
+                    &mut s,
+                    FrameKind::HelloRefused,
+                    Refusal::NoSuchEndpoint.code(),
+                );
             };
             let map = match segment_path(shared, &name)
                 .and_then(|p| ShmStream::open(&p, h.total as usize))

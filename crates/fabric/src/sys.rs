@@ -29,11 +29,7 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
     // IoSlice is guaranteed ABI compatible with iovec on Unix.
     msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = bufs.len() as _;
-    match syscall!(sendmsg(
-        fd,
-        &msg,
-        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-    )) {
+    match syscall!(sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)) {
         Ok(n) => Ok(n as usize),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
@@ -103,11 +99,7 @@ impl EventFd {
     pub(crate) fn notify(&self) {
         let one: u64 = 1;
         // A full counter (EAGAIN) still leaves the fd readable: nothing to do.
-        let _ = syscall!(write(
-            self.0.as_raw_fd(),
-            (&one as *const u64).cast(),
-            8
-        ));
+        let _ = syscall!(write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8));
     }
 
     pub(crate) fn drain(&self) {

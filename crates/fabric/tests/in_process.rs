@@ -41,7 +41,9 @@ fn echo(node: &Node, ep: u32, count: usize) -> thread::JoinHandle<()> {
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -51,7 +53,9 @@ fn reliable_round_trips_over_shm_and_tcp() {
     for transport in [Transport::Shm, Transport::Tcp] {
         let h = echo(&b, 5, sizes.len());
         let mut e = a.open(7, wait_cfg()).unwrap();
-        let t = e.target_via(Addr::new(2, 5), Mode::Reliable, transport).unwrap();
+        let t = e
+            .target_via(Addr::new(2, 5), Mode::Reliable, transport)
+            .unwrap();
         let mut buf = vec![0u8; 4 << 20];
         for (i, &n) in sizes.iter().enumerate() {
             let msg = pattern(n, i as u8);
@@ -75,7 +79,9 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
     };
     let mut rx = b.open(5, small).unwrap();
     let mut tx = a.open(7, wait_cfg()).unwrap();
-    let t = tx.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm).unwrap();
+    let t = tx
+        .target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
     let msgs: Vec<Vec<u8>> = (0..3).map(|i| pattern(300_000, i)).collect();
     let sender = {
         let msgs = msgs.clone();
@@ -94,7 +100,16 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
             Ok(r) => panic!("{r:?}"),
         }
     };
-    assert!(matches!(err, Error::BufferTooSmall { needed: 300_000, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::BufferTooSmall {
+                needed: 300_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let mut buf = vec![0u8; 300_000];
     for m in &msgs {
         let r = rx.read(&mut buf).unwrap();
@@ -109,17 +124,31 @@ fn datagrams_over_udp_and_the_mtu_limit() {
     let (a, b, _d) = nodes();
     let h = echo(&b, 5, 4);
     let mut e = a.open(7, wait_cfg()).unwrap();
-    let t = e.target_via(Addr::new(2, 5), Mode::Datagram, Transport::Udp).unwrap();
+    let t = e
+        .target_via(Addr::new(2, 5), Mode::Datagram, Transport::Udp)
+        .unwrap();
     let mut buf = vec![0u8; 4096];
     for n in [0usize, 1, 10, 2048] {
         let msg = pattern(n, 3);
         e.write(t, &msg).unwrap();
-        let r = e.read_timeout(&mut buf, Duration::from_secs(10)).unwrap().expect("echo");
+        let r = e
+            .read_timeout(&mut buf, Duration::from_secs(10))
+            .unwrap()
+            .expect("echo");
         assert_eq!(r.kind, RecvKind::Message(Mode::Datagram));
         assert_eq!(&buf[..r.len], &msg[..]);
     }
     let err = e.write(t, &[0u8; 2049]).unwrap_err();
-    assert!(matches!(err, Error::TooLarge { len: 2049, mtu: 2048 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                len: 2049,
+                mtu: 2048
+            }
+        ),
+        "{err}"
+    );
     h.join().unwrap();
 }
 
@@ -131,7 +160,9 @@ fn puts_land_in_place_and_bad_ones_change_nothing() {
         let key = target.register(8192).unwrap();
         target.region_mut(key).unwrap().fill(0xee);
         let mut init = a.open(7, wait_cfg()).unwrap();
-        let t = init.target_via(Addr::new(2, 5), Mode::Put, transport).unwrap();
+        let t = init
+            .target_via(Addr::new(2, 5), Mode::Put, transport)
+            .unwrap();
         let h = thread::spawn(move || {
             let mut buf = [0u8; 16];
             let r: Recv = target.read(&mut buf).unwrap();
@@ -164,7 +195,10 @@ fn puts_land_in_place_and_bad_ones_change_nothing() {
         // The overflowing one is refused before it leaves the initiator.
         assert_eq!(target.stats().puts_refused, 2);
         // Writes on a put target are refused.
-        assert!(matches!(init.write(t, b"x"), Err(Error::WrongMode(Mode::Put))));
+        assert!(matches!(
+            init.write(t, b"x"),
+            Err(Error::WrongMode(Mode::Put))
+        ));
     }
 }
 
@@ -173,11 +207,21 @@ fn unknown_endpoint_is_refused_at_target() {
     let (a, _b, _d) = nodes();
     let mut e = a.open(7, wait_cfg()).unwrap();
     for transport in [Transport::Shm, Transport::Tcp, Transport::Udp] {
-        let mode = if transport == Transport::Udp { Mode::Datagram } else { Mode::Reliable };
+        let mode = if transport == Transport::Udp {
+            Mode::Datagram
+        } else {
+            Mode::Reliable
+        };
         let err = e.target_via(Addr::new(2, 99), mode, transport).unwrap_err();
-        assert!(matches!(err, Error::NoSuchEndpoint(_)), "{transport}: {err}");
+        assert!(
+            matches!(err, Error::NoSuchEndpoint(_)),
+            "{transport}: {err}"
+        );
     }
-    assert!(matches!(a.open(7, wait_cfg()), Err(Error::EndpointInUse(7))));
+    assert!(matches!(
+        a.open(7, wait_cfg()),
+        Err(Error::EndpointInUse(7))
+    ));
 }
 
 #[test]
@@ -193,7 +237,9 @@ fn polling_completion_round_trips() {
         }
     });
     let mut e = a.open(7, EndpointConfig::default()).unwrap();
-    let t = e.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm).unwrap();
+    let t = e
+        .target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
     let mut buf = [0u8; 8];
     for i in 0..1000u64 {
         e.write(t, &i.to_le_bytes()).unwrap();

@@ -300,7 +300,10 @@ impl Header {
         let bad = |what| Err(WireError::Inconsistent { kind, what });
         match kind {
             FrameKind::Hello => oversize(4096),
-            FrameKind::HelloOk | FrameKind::HelloRefused | FrameKind::PutAck | FrameKind::PutNack => {
+            FrameKind::HelloOk
+            | FrameKind::HelloRefused
+            | FrameKind::PutAck
+            | FrameKind::PutNack => {
                 if self.len != 0 {
                     return bad("control frame with payload");
                 }

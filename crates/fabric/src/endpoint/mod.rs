@@ -84,10 +84,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn open(node: Arc<NodeShared>, id: u32, cfg: EndpointConfig) -> Result<Endpoint> {
-        let udp = node
-            .udp_ip
-            .map(|ip| Udp::bind(ip, node.mtu))
-            .transpose()?;
+        let udp = node.udp_ip.map(|ip| Udp::bind(ip, node.mtu)).transpose()?;
         let inbox = Arc::new(Inbox::new(udp.as_ref().map_or(0, |u| u.port()))?);
         node.register(id, inbox.clone())?;
         let token_size = cfg.token_size.max(node.mtu).max(4096);
@@ -261,7 +258,10 @@ impl Endpoint {
     }
 
     fn entry(&self, t: Target) -> Result<TargetEntry> {
-        self.targets.get(t.0 as usize).copied().ok_or(Error::BadTarget)
+        self.targets
+            .get(t.0 as usize)
+            .copied()
+            .ok_or(Error::BadTarget)
     }
 
     fn conn_mut(&mut self, peer: Addr, slot: u32, gen: u32) -> Result<&mut Conn> {
@@ -329,7 +329,14 @@ impl Endpoint {
     /// Writes one frame whole, moving incoming traffic along while the
     /// transport is full so that two endpoints writing to each other cannot
     /// stall.
-    fn send_frame(&mut self, peer: Addr, slot: u32, gen: u32, h: &Header, payload: &[u8]) -> Result<()> {
+    fn send_frame(
+        &mut self,
+        peer: Addr,
+        slot: u32,
+        gen: u32,
+        h: &Header,
+        payload: &[u8],
+    ) -> Result<()> {
         let hdr = h.encode();
         let total = HEADER_LEN + payload.len();
         let mut sent = 0;
@@ -582,7 +589,8 @@ impl Endpoint {
             self.pollfds
                 .push(sys::pollfd(self.inbox.wake.raw(), sys::Interest::Read));
             if let Some(u) = &self.udp {
-                self.pollfds.push(sys::pollfd(u.raw_fd(), sys::Interest::Read));
+                self.pollfds
+                    .push(sys::pollfd(u.raw_fd(), sys::Interest::Read));
             }
             for s in &self.slots {
                 if let Some(c) = &s.conn {
@@ -659,7 +667,11 @@ impl Endpoint {
         self.conn_mut(e.peer, slot, gen)?;
         let seq = self.core.puts.post(slot, gen);
         let mut h = Header::new(FrameKind::Put);
-        h.flags = if notify { Flags::NOTIFY } else { Flags::default() };
+        h.flags = if notify {
+            Flags::NOTIFY
+        } else {
+            Flags::default()
+        };
         h.src_node = self.node.id;
         h.src_ep = self.id;
         h.dst_ep = e.peer.ep;

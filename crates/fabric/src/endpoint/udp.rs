@@ -70,7 +70,11 @@ impl Udp {
 
     /// Receives waiting datagrams; delivers the first straight into `user`
     /// when it fits and nothing is queued, stages the rest.
-    pub(crate) fn progress(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Result<Step> {
+    pub(crate) fn progress(
+        &mut self,
+        core: &mut Core,
+        mut user: Option<&mut [u8]>,
+    ) -> Result<Step> {
         let mut moved = false;
         loop {
             let (n, src) = match self.sock.recv_from(&mut self.scratch) {

@@ -106,10 +106,7 @@ impl ShmStream {
     /// bytes, after checking its size.
     pub(crate) fn open(path: &Path, cap: usize) -> io::Result<MmapRaw> {
         if !cap.is_power_of_two() || cap < 4096 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "bad ring size",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad ring size"));
         }
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         if file.metadata()?.len() != segment_len(cap) as u64 {
@@ -230,11 +227,7 @@ impl ShmStream {
         // bytes until the release store of the new tail.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.tx_data.add(at), first);
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr().add(first),
-                self.tx_data,
-                src.len() - first,
-            );
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.tx_data, src.len() - first);
         }
     }
 
@@ -392,7 +385,12 @@ mod tests {
         let (mut a, mut b, _d) = pair(4096);
         assert!(b.arm_read());
         a.try_write(&[IoSlice::new(b"x")]).unwrap();
-        sys::wait_fd(b.raw_fd(), sys::Interest::Read, std::time::Duration::from_secs(5)).unwrap();
+        sys::wait_fd(
+            b.raw_fd(),
+            sys::Interest::Read,
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
         b.disarm();
         let mut buf = [0u8; 4];
         assert_eq!(b.try_read(&mut buf).unwrap(), 1);

@@ -1,0 +1,6 @@
+//! The `macrolink` command and the pieces its tests reuse.
+
+pub mod demo;
+pub mod echo;
+pub mod node_args;
+pub mod peer;

@@ -1,0 +1,37 @@
+//! `macrolink`: the command line.
+
+use macrolink::{demo, echo};
+
+use clap::{Parser, Subcommand};
+
+/// Move data inside clusters, as fast as the hardware allows, and measure it.
+#[derive(Debug, Parser)]
+#[command(name = "macrolink", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start a peer process and exchange messages with it in every mode and
+    /// over every transport, printing the rates.
+    Demo(demo::Args),
+    /// Answer every message with the same message, and every notified put
+    /// with the bytes it placed. Prints its addresses on the first line.
+    Echo(echo::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MACROLINK_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Demo(a) => demo::run(a),
+        Command::Echo(a) => echo::run(a),
+    }
+}

@@ -1,0 +1,125 @@
+//! Command-line options that place a process in the fabric.
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use macrolink_fabric::{Completion, Mode, NodeConfig, Transport};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// Where this process's node sits.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Node id of this process.
+    #[arg(long, default_value_t = 1)]
+    pub node: u32,
+    /// Directory where nodes of this host meet for shared memory.
+    #[arg(long, env = "MACROLINK_SHM_DIR")]
+    pub shm_dir: Option<PathBuf>,
+    /// TCP listen address.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub tcp: SocketAddr,
+    /// Address for endpoints' UDP sockets.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub udp: IpAddr,
+    /// Another node's TCP address, as ID=HOST:PORT (repeatable).
+    #[arg(long = "peer", value_parser = parse_peer)]
+    pub peers: Vec<(u32, SocketAddr)>,
+    /// Largest datagram payload in bytes.
+    #[arg(long, default_value_t = macrolink_fabric::DEFAULT_MTU)]
+    pub mtu: usize,
+}
+
+impl NodeArgs {
+    pub fn config(&self) -> NodeConfig {
+        let mut cfg = NodeConfig::local(
+            self.node,
+            self.shm_dir
+                .clone()
+                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+        );
+        cfg.tcp = Some(self.tcp);
+        cfg.udp = Some(self.udp);
+        cfg.peers = self.peers.iter().copied().collect();
+        cfg.datagram_mtu = self.mtu;
+        cfg
+    }
+}
+
+fn parse_peer(s: &str) -> anyhow::Result<(u32, SocketAddr)> {
+    let (id, addr) = s.split_once('=').context("expected ID=HOST:PORT")?;
+    Ok((
+        id.parse().context("node id")?,
+        addr.parse().context("address")?,
+    ))
+}
+
+/// Endpoint ids given as `5` or `1-64`.
+#[derive(Debug, Clone)]
+pub struct Ids(pub Vec<u32>);
+
+/// Parses `5` or `1-64` into an inclusive range of endpoint ids.
+pub fn parse_ids(s: &str) -> anyhow::Result<Ids> {
+    let (a, b) = match s.split_once('-') {
+        Some((a, b)) => (a.parse()?, b.parse()?),
+        None => {
+            let v = s.parse()?;
+            (v, v)
+        }
+    };
+    if a > b || b - a >= 4096 {
+        bail!("endpoint range {s} is empty or too large");
+    }
+    Ok(Ids((a..=b).collect()))
+}
+
+/// Completion as a command-line value.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CompletionArg {
+    Poll,
+    Wait,
+}
+
+impl From<CompletionArg> for Completion {
+    fn from(c: CompletionArg) -> Completion {
+        match c {
+            CompletionArg::Poll => Completion::Poll,
+            CompletionArg::Wait => Completion::Wait,
+        }
+    }
+}
+
+/// Transport as a command-line value.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum TransportArg {
+    Shm,
+    Tcp,
+    Udp,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Transport {
+        match t {
+            TransportArg::Shm => Transport::Shm,
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Udp => Transport::Udp,
+        }
+    }
+}
+
+/// Mode as a command-line value.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ModeArg {
+    Datagram,
+    Reliable,
+    Put,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Datagram => Mode::Datagram,
+            ModeArg::Reliable => Mode::Reliable,
+            ModeArg::Put => Mode::Put,
+        }
+    }
+}
