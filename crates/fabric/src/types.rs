@@ -81,6 +81,19 @@ pub enum Completion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Target(pub(crate) u32);
 
+impl Target {
+    /// Its number on the endpoint: targets are numbered 0, 1, 2, ...
+    pub fn index(self) -> u32 {
+        self.0
+    }
+
+    /// The target with that number; an endpoint refuses numbers it did not
+    /// hand out with [`Error::BadTarget`](crate::Error::BadTarget).
+    pub fn from_index(i: u32) -> Target {
+        Target(i)
+    }
+}
+
 /// Access key of a registered region; a put must present it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RegionKey(pub u64);
