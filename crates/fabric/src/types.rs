@@ -140,6 +140,9 @@ pub struct EndpointConfig {
     pub tokens: usize,
     /// Bytes per token.
     pub token_size: usize,
+    /// Largest message accepted; a peer announcing a larger one breaks the
+    /// protocol and its connection is closed.
+    pub max_message: u64,
 }
 
 impl Default for EndpointConfig {
@@ -148,6 +151,7 @@ impl Default for EndpointConfig {
             completion: Completion::Poll,
             tokens: 64,
             token_size: 64 * 1024,
+            max_message: 1 << 32,
         }
     }
 }

@@ -76,6 +76,7 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
         completion: Completion::Wait,
         tokens: 4,
         token_size: 4096,
+        ..EndpointConfig::default()
     };
     let mut rx = b.open(5, small).unwrap();
     let mut tx = a.open(7, wait_cfg()).unwrap();
@@ -94,12 +95,7 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
     };
     // A small buffer first: refused, the message stays.
     let mut tiny = [0u8; 10];
-    let err = loop {
-        match rx.read(&mut tiny) {
-            Err(e) => break e,
-            Ok(r) => panic!("{r:?}"),
-        }
-    };
+    let err = rx.read(&mut tiny).expect_err("a 10-byte buffer cannot hold it");
     assert!(
         matches!(
             err,
@@ -117,6 +113,25 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
         assert!(buf == *m);
     }
     drop(sender.join().unwrap());
+}
+
+#[test]
+fn messages_over_the_endpoint_limit_close_the_connection() {
+    let (a, b, _d) = nodes();
+    let limited = EndpointConfig {
+        max_message: 1000,
+        ..wait_cfg()
+    };
+    let mut rx = b.open(5, limited).unwrap();
+    let mut tx = a.open(7, wait_cfg()).unwrap();
+    let t = tx.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Tcp).unwrap();
+    tx.write(t, &[1u8; 1000]).unwrap();
+    tx.write(t, &[2u8; 1001]).unwrap();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(rx.read(&mut buf).unwrap().len, 1000);
+    let err = rx.read(&mut buf).unwrap_err();
+    assert!(matches!(&err, Error::PeerLost { reason, .. } if reason.contains("larger")), "{err}");
+    assert_eq!(rx.stats().bad_frames, 1);
 }
 
 #[test]

@@ -98,6 +98,7 @@ impl Endpoint {
             core: Core {
                 id,
                 completion: cfg.completion,
+                max_message: cfg.max_message,
                 pool: TokenPool::new(tokens, token_size),
                 ready: VecDeque::with_capacity(tokens * 2),
                 ready_cap: tokens * 2,
@@ -382,10 +383,7 @@ impl Endpoint {
         }
         for i in 0..self.slots.len() {
             let gen = self.slots[i].gen;
-            loop {
-                let Some(conn) = self.slots[i].conn.as_mut() else {
-                    break;
-                };
+            while let Some(conn) = self.slots[i].conn.as_mut() {
                 let Some(mut h) = conn.ctrl_out.pop_front() else {
                     break;
                 };

@@ -48,6 +48,7 @@ pub(crate) enum Ready {
 pub(crate) struct Core {
     pub(crate) id: u32,
     pub(crate) completion: Completion,
+    pub(crate) max_message: u64,
     pub(crate) pool: TokenPool,
     pub(crate) ready: VecDeque<Ready>,
     pub(crate) ready_cap: usize,
@@ -224,6 +225,9 @@ impl Conn {
                 Asm::Idle => {
                     if h.offset != 0 {
                         return self.violation(core, "message starts mid-way");
+                    }
+                    if h.total > core.max_message {
+                        return self.violation(core, "message larger than the endpoint accepts");
                     }
                     if mode == Mode::Reliable && h.seq != self.rx_seq {
                         return self.violation(core, "reliable message out of order");
