@@ -175,7 +175,10 @@ fn malformed_handshakes_leave_the_node_serving() {
     let mut s = TcpStream::connect(a.tcp_addr().unwrap()).unwrap();
     s.write_all(&[1u8; 100]).unwrap();
     let mut b = [0u8; 8];
-    assert!(matches!(s.read(&mut b), Ok(0) | Err(_)), "closed without an answer");
+    assert!(
+        matches!(s.read(&mut b), Ok(0) | Err(_)),
+        "closed without an answer"
+    );
     // A shared-memory hello naming a file outside the segment directory.
     let mut u = UnixStream::connect(dir.path().join("node-1.sock")).unwrap();
     let name = b"/etc/passwd";

@@ -95,7 +95,9 @@ fn staged_messages_larger_than_the_pool_still_arrive() {
     };
     // A small buffer first: refused, the message stays.
     let mut tiny = [0u8; 10];
-    let err = rx.read(&mut tiny).expect_err("a 10-byte buffer cannot hold it");
+    let err = rx
+        .read(&mut tiny)
+        .expect_err("a 10-byte buffer cannot hold it");
     assert!(
         matches!(
             err,
@@ -124,13 +126,18 @@ fn messages_over_the_endpoint_limit_close_the_connection() {
     };
     let mut rx = b.open(5, limited).unwrap();
     let mut tx = a.open(7, wait_cfg()).unwrap();
-    let t = tx.target_via(Addr::new(2, 5), Mode::Reliable, Transport::Tcp).unwrap();
+    let t = tx
+        .target_via(Addr::new(2, 5), Mode::Reliable, Transport::Tcp)
+        .unwrap();
     tx.write(t, &[1u8; 1000]).unwrap();
     tx.write(t, &[2u8; 1001]).unwrap();
     let mut buf = vec![0u8; 4096];
     assert_eq!(rx.read(&mut buf).unwrap().len, 1000);
     let err = rx.read(&mut buf).unwrap_err();
-    assert!(matches!(&err, Error::PeerLost { reason, .. } if reason.contains("larger")), "{err}");
+    assert!(
+        matches!(&err, Error::PeerLost { reason, .. } if reason.contains("larger")),
+        "{err}"
+    );
     assert_eq!(rx.stats().bad_frames, 1);
 }
 
