@@ -61,10 +61,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn serve(mut ep: macrolink_fabric::Endpoint, region: Option<macrolink_fabric::RegionKey>) {
-    let mut buf = vec![0u8; 64 << 20];
+    let mut buf = vec![0u8; 1 << 20];
     loop {
         let r = match ep.read(&mut buf) {
             Ok(r) => r,
+            Err(Error::BufferTooSmall { needed, .. }) => {
+                buf.resize(needed, 0);
+                continue;
+            }
             Err(Error::PeerLost { peer, reason }) => {
                 tracing::info!("peer {peer} gone: {reason}");
                 continue;
@@ -82,6 +86,9 @@ fn serve(mut ep: macrolink_fabric::Endpoint, region: Option<macrolink_fabric::Re
                 }
                 let Some(mem) = ep.region(key) else { continue };
                 let off = offset as usize;
+                if buf.len() < r.len {
+                    buf.resize(r.len, 0);
+                }
                 buf[..r.len].copy_from_slice(&mem[off..off + r.len]);
                 (Mode::Reliable, &buf[..r.len])
             }

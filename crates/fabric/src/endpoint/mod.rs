@@ -545,7 +545,7 @@ impl Endpoint {
         let gen = self.slots[i].gen;
         if let Some(mut conn) = self.slots[i].conn.take() {
             conn.release(&mut self.core.pool);
-            self.core.puts.lose(i as u32, gen);
+            self.core.puts.lose(i as u32, gen, conn.peer);
             tracing::debug!(peer = %conn.peer, "connection lost: {reason}");
             self.core.ready.push_back(Ready::Lost {
                 peer: conn.peer,
@@ -697,9 +697,9 @@ impl Endpoint {
             match self.core.puts.status(h.0) {
                 PutStatus::Done => return Ok(()),
                 PutStatus::Refused(r) => return Err(Error::PutRefused(r)),
-                PutStatus::Lost => {
+                PutStatus::Lost(peer) => {
                     return Err(Error::PeerLost {
-                        peer: self.addr(),
+                        peer,
                         reason: "connection lost before the put was answered".into(),
                     })
                 }
@@ -728,7 +728,8 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.flush_ctrl();
+        // Unanswered puts are not flushed: a peer that does not read would
+        // hold the close up, and closing the connections tells it anyway.
         self.node.unregister(self.id);
     }
 }

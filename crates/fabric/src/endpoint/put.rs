@@ -3,7 +3,7 @@
 
 use macrolink_wire::Refusal;
 
-use crate::types::RegionKey;
+use crate::types::{Addr, RegionKey};
 
 /// A region another endpoint may write into with a put.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ pub(crate) enum PutStatus {
     Pending { slot: u32, gen: u32 },
     Done,
     Refused(Refusal),
-    Lost,
+    Lost(Addr),
 }
 
 /// Puts in flight, by sequence number, in a fixed ring: posting never
@@ -130,11 +130,11 @@ impl PutTable {
         }
     }
 
-    /// Marks every put pending on a lost connection as lost.
-    pub(crate) fn lose(&mut self, slot: u32, gen: u32) {
+    /// Marks every put pending on a lost connection (to `peer`) as lost.
+    pub(crate) fn lose(&mut self, slot: u32, gen: u32, peer: Addr) {
         for e in self.entries.iter_mut() {
             if e.1 == (PutStatus::Pending { slot, gen }) {
-                e.1 = PutStatus::Lost;
+                e.1 = PutStatus::Lost(peer);
             }
         }
     }
@@ -161,8 +161,8 @@ mod tests {
         let b = t.post(4, 1);
         assert!(t.complete(a, PutStatus::Done));
         assert!(!t.complete(a, PutStatus::Done), "answered twice");
-        t.lose(4, 1);
-        assert_eq!(t.status(b), PutStatus::Lost);
+        t.lose(4, 1, Addr::new(2, 2));
+        assert_eq!(t.status(b), PutStatus::Lost(Addr::new(2, 2)));
         assert_eq!(t.status(a), PutStatus::Done);
     }
 }
