@@ -199,6 +199,9 @@ fn a_killed_peer_fails_its_endpoints_and_leaves_the_others_working() {
         let tb = b
             .target_via(Addr::new(3, 1), Mode::Reliable, transport)
             .unwrap();
+        let tp = a.target_via(Addr::new(2, 1), Mode::Put, transport).unwrap();
+        let key = doomed.keys[0].1;
+        a.put_wait(tp, b"placed", 0, key, false).unwrap();
         let mut buf = vec![0u8; 1 << 16];
         for e in [(&mut a, ta), (&mut b, tb)] {
             e.0.write(e.1, b"before").unwrap();
@@ -226,6 +229,10 @@ fn a_killed_peer_fails_its_endpoints_and_leaves_the_others_working() {
             "{err}"
         );
         assert!(matches!(a.write(ta, b"x"), Err(Error::PeerLost { .. })));
+        assert!(matches!(
+            a.put_wait(tp, b"x", 0, key, false),
+            Err(Error::PeerLost { .. })
+        ));
         // The other pair is undisturbed.
         for i in 0..100u64 {
             let msg = data(1000, i);
