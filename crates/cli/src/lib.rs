@@ -1,5 +1,7 @@
 //! The `macrolink` command and the pieces its tests reuse.
 
+pub mod bench;
+pub mod compare;
 pub mod demo;
 pub mod echo;
 pub mod node_args;

@@ -1,6 +1,6 @@
 //! `macrolink`: the command line.
 
-use macrolink::{demo, echo};
+use macrolink::{bench, demo, echo};
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +17,8 @@ enum Command {
     /// Start a peer process and exchange messages with it in every mode and
     /// over every transport, printing the rates.
     Demo(demo::Args),
+    /// Benchmarks: bandwidth, latency, one-way latency, breakdown, comparison.
+    Bench(bench::Args),
     /// Answer every message with the same message, and every notified put
     /// with the bytes it placed. Prints its addresses on the first line.
     Echo(echo::Args),
@@ -33,5 +35,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -36,7 +36,7 @@ mod error;
 mod framing;
 mod node;
 mod pool;
-mod sys;
+pub(crate) mod sys;
 mod transport;
 mod types;
 
@@ -44,8 +44,9 @@ pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use macrolink_wire::Refusal;
 pub use node::{default_shm_dir, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};
+pub use sys::clock_ns;
 pub use transport::Caps;
 pub use types::{
     Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
-    Transport,
+    Timings, Transport,
 };

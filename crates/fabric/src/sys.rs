@@ -116,3 +116,13 @@ impl EventFd {
 pub(crate) fn shutdown(fd: RawFd) {
     let _ = syscall!(shutdown(fd, libc::SHUT_RDWR));
 }
+
+/// Nanoseconds on the system-wide monotonic clock: comparable between
+/// processes of one host.
+pub fn clock_ns() -> u64 {
+    // SAFETY: timespec is plain data; zeroed is valid.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -174,3 +174,21 @@ pub struct Stats {
     /// Puts refused (bad key, out of bounds).
     pub puts_refused: u64,
 }
+
+/// Timestamps (from [`clock_ns`](crate::clock_ns)) of the last message
+/// written and the last one read, when the endpoint's probe is on: the
+/// stages of DP-II's latency breakdown
+/// L = T_startup + T_send + T_net + T_delivery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// `write` was called.
+    pub write_enter: u64,
+    /// The first frame header was built (end of T_startup).
+    pub write_framed: u64,
+    /// The transport had taken every byte (end of T_send).
+    pub write_sent: u64,
+    /// The receiver saw the header of the message (end of T_net).
+    pub read_header: u64,
+    /// The message was handed to the application (end of T_delivery).
+    pub read_delivered: u64,
+}

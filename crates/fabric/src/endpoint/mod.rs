@@ -24,7 +24,7 @@ use crate::sys;
 use crate::transport::Stream;
 use crate::types::{
     Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
-    Transport,
+    Timings, Transport,
 };
 use put::{PutStatus, PutTable, Regions};
 use rx::{Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
@@ -105,6 +105,8 @@ impl Endpoint {
                 regions: Regions::default(),
                 puts: PutTable::new(),
                 stats: Stats::default(),
+                probe: false,
+                timings: Timings::default(),
             },
             udp,
             incoming: Vec::new(),
@@ -139,6 +141,16 @@ impl Endpoint {
     /// Switches between polling and waiting completion.
     pub fn set_completion(&mut self, c: Completion) {
         self.core.completion = c;
+    }
+
+    /// Turns the latency probe on or off (see [`Timings`]).
+    pub fn set_probe(&mut self, on: bool) {
+        self.core.probe = on;
+    }
+
+    /// Stages of the last message written and read while the probe was on.
+    pub fn timings(&self) -> Timings {
+        self.core.timings
     }
 
     /// Bytes the receive pool holds.
@@ -276,12 +288,18 @@ impl Endpoint {
     /// have any size; datagrams at most one MTU. Returns once the transport has
     /// taken every byte.
     pub fn write(&mut self, t: Target, data: &[u8]) -> Result<()> {
+        if self.core.probe {
+            self.core.timings.write_enter = sys::clock_ns();
+        }
         let e = self.entry(t)?;
         let mut h = Header::new(FrameKind::Data);
         h.src_node = self.node.id;
         h.src_ep = self.id;
         h.dst_ep = e.peer.ep;
         h.total = data.len() as u64;
+        if self.core.probe {
+            self.core.timings.write_framed = sys::clock_ns();
+        }
         match e.mode {
             Mode::Put => return Err(Error::WrongMode(Mode::Put)),
             Mode::Datagram => {
@@ -320,6 +338,9 @@ impl Endpoint {
                     }
                 }
             }
+        }
+        if self.core.probe {
+            self.core.timings.write_sent = sys::clock_ns();
         }
         self.core.stats.messages_out += 1;
         self.core.stats.bytes_out += data.len() as u64;
@@ -427,10 +448,12 @@ impl Endpoint {
     fn read_until(&mut self, buf: &mut [u8], deadline: Deadline) -> Result<Option<Recv>> {
         loop {
             if let Some(r) = self.pop_ready(buf)? {
+                self.delivered();
                 return Ok(Some(r));
             }
             let moved = match self.progress_with(Some(&mut *buf)) {
                 Ok((Some(r), _)) => {
+                    self.delivered();
                     self.flush_ctrl();
                     return Ok(Some(r));
                 }
@@ -448,6 +471,12 @@ impl Endpoint {
                 _ => {}
             }
             self.idle(deadline)?;
+        }
+    }
+
+    fn delivered(&mut self) {
+        if self.core.probe {
+            self.core.timings.read_delivered = sys::clock_ns();
         }
     }
 

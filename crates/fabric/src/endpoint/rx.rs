@@ -55,6 +55,9 @@ pub(crate) struct Core {
     pub(crate) regions: Regions,
     pub(crate) puts: PutTable,
     pub(crate) stats: Stats,
+    /// Probe on: record the stages of each message in `timings`.
+    pub(crate) probe: bool,
+    pub(crate) timings: crate::types::Timings,
 }
 
 impl Core {
@@ -231,6 +234,9 @@ impl Conn {
                     }
                     if mode == Mode::Reliable && h.seq != self.rx_seq {
                         return self.violation(core, "reliable message out of order");
+                    }
+                    if core.probe {
+                        core.timings.read_header = crate::sys::clock_ns();
                     }
                     let fits = user.as_ref().is_some_and(|b| b.len() as u64 >= h.total);
                     self.asm = if fits && core.ready.is_empty() {

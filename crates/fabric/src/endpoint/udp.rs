@@ -103,6 +103,9 @@ impl Udp {
                     continue;
                 }
             };
+            if core.probe {
+                core.timings.read_header = crate::sys::clock_ns();
+            }
             let from = Addr::new(h.src_node, h.src_ep);
             self.learned.entry(from).or_insert(src);
             let data = &self.scratch[HEADER_LEN..n];

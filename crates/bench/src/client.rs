@@ -1,0 +1,462 @@
+//! The initiator side: drives runs against a [`Server`](crate::server::Server)
+//! and turns what both sides measured into rows.
+
+use macrolink_fabric::{
+    Addr, Completion, Endpoint, Error, Mode, Node, RegionKey, Result, Target, Transport,
+};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::clock::{clock_ns, Mark};
+use crate::proto::{Done, Start, Test};
+use crate::report::{BreakdownRow, BwRow, LatRow, OneWayRow};
+use crate::server::{control_transport, data_config};
+use crate::stats::Summary;
+use crate::{CTL_EP, DATA_EP};
+
+/// How long the initiator waits for the target's answer.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What a bandwidth run is made of.
+#[derive(Clone, Copy, Debug)]
+pub struct BwSpec {
+    /// Transport.
+    pub transport: Transport,
+    /// Mode.
+    pub mode: Mode,
+    /// Completion of both sides.
+    pub completion: Completion,
+    /// Bytes per message.
+    pub size: usize,
+    /// Messages.
+    pub count: u64,
+    /// Puts in flight.
+    pub window: usize,
+}
+
+/// The initiator of benchmark runs.
+#[derive(Debug)]
+pub struct Client {
+    ctl: Endpoint,
+    data: Endpoint,
+    ctl_targets: HashMap<Transport, Target>,
+    server: u32,
+    key: RegionKey,
+    buf: Vec<u8>,
+    mtu: usize,
+}
+
+fn pct(cpu: u64, wall: u64) -> f64 {
+    if wall == 0 {
+        0.0
+    } else {
+        cpu as f64 * 100.0 / wall as f64
+    }
+}
+
+impl Client {
+    /// Opens the initiator's endpoints on `node` for runs against node `server`.
+    pub fn new(node: &Node, server: u32) -> Result<Client> {
+        Ok(Client {
+            ctl: node.open(CTL_EP, data_config(Completion::Wait))?,
+            data: node.open(DATA_EP, data_config(Completion::Poll))?,
+            ctl_targets: HashMap::new(),
+            server,
+            key: RegionKey(0),
+            buf: vec![0u8; 8 << 20],
+            mtu: node.datagram_mtu(),
+        })
+    }
+
+    fn ctl_target(&mut self, t: Transport) -> Result<Target> {
+        let t = control_transport(t);
+        if let Some(x) = self.ctl_targets.get(&t) {
+            return Ok(*x);
+        }
+        let x = self
+            .ctl
+            .target_via(Addr::new(self.server, CTL_EP), Mode::Reliable, t)?;
+        self.ctl_targets.insert(t, x);
+        Ok(x)
+    }
+
+    fn start(&mut self, s: Start) -> Result<()> {
+        let t = self.ctl_target(s.transport)?;
+        self.ctl.write(t, &s.encode())?;
+        let mut b = [0u8; 16];
+        let r = self
+            .ctl
+            .read_timeout(&mut b, PATIENCE)?
+            .ok_or(Error::Timeout)?;
+        // Ready carries the key of the target's put region.
+        if let Some(k) = b.get(..r.len).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            self.key = RegionKey(u64::from_le_bytes(k));
+        }
+        self.data.set_completion(s.completion);
+        Ok(())
+    }
+
+    fn done(&mut self) -> Result<Done> {
+        let mut b = vec![0u8; 1 << 20];
+        let r = self
+            .ctl
+            .read_timeout(&mut b, PATIENCE)?
+            .ok_or(Error::Timeout)?;
+        Done::decode(&b[..r.len]).map_err(|e| Error::Io(std::io::Error::other(e)))
+    }
+
+    fn data_target(&mut self, transport: Transport, mode: Mode) -> Result<Target> {
+        self.data
+            .target_via(Addr::new(self.server, DATA_EP), mode, transport)
+    }
+
+    /// Largest datagram payload.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// A unidirectional run. Datagrams larger than the MTU give a row of n.a.
+    pub fn bandwidth(&mut self, spec: BwSpec) -> Result<BwRow> {
+        let BwSpec {
+            transport,
+            mode,
+            completion,
+            size,
+            count,
+            window,
+        } = spec;
+        let mut row = BwRow {
+            transport: transport.to_string(),
+            mode: mode.to_string(),
+            completion: completion_name(completion).into(),
+            size: size as u64,
+            sent: count,
+            delivered: 0,
+            bytes: 0,
+            seconds: 0.0,
+            mb_per_s: None,
+            msgs_per_s: None,
+            cpu_initiator: None,
+            cpu_target: None,
+        };
+        if mode == Mode::Datagram && size > self.mtu {
+            return Ok(row);
+        }
+        let t = self.data_target(transport, mode)?;
+        self.start(Start {
+            test: Test::Bandwidth,
+            mode,
+            transport,
+            completion,
+            size: size as u64,
+            count,
+        })?;
+        let payload = vec![0xa5u8; size];
+        let mark = Mark::now();
+        match mode {
+            Mode::Put => {
+                let mut inflight = VecDeque::with_capacity(window);
+                for i in 0..count {
+                    if inflight.len() >= window.max(1) {
+                        if let Some(h) = inflight.pop_front() {
+                            self.data.wait_put(h)?;
+                        }
+                    }
+                    let last = i + 1 == count;
+                    inflight.push_back(self.data.put(t, &payload, 0, self.key, last)?);
+                }
+                for h in inflight {
+                    self.data.wait_put(h)?;
+                }
+            }
+            _ => {
+                for _ in 0..count {
+                    self.data.write(t, &payload)?;
+                }
+            }
+        }
+        let sending = mark.since();
+        let done = self.done()?;
+        let (cpu, wall) = if mode == Mode::Datagram {
+            sending
+        } else {
+            mark.since()
+        };
+        // A datagram stream is timed by its target (first to last arrival).
+        let secs = if mode == Mode::Datagram {
+            done.wall_ns
+        } else {
+            wall
+        } as f64
+            / 1e9;
+        row.delivered = done.messages;
+        row.bytes = done.bytes;
+        row.seconds = secs;
+        row.mb_per_s = Some(done.bytes as f64 / secs / 1e6);
+        row.msgs_per_s = Some(done.messages as f64 / secs);
+        row.cpu_initiator = Some(pct(cpu, wall));
+        row.cpu_target = Some(pct(done.cpu_ns, done.wall_ns));
+        Ok(row)
+    }
+
+    /// Picks a message count that makes a run last about `secs`, from a short
+    /// warm-up run (which also warms the path).
+    pub fn calibrate(&mut self, spec: BwSpec, secs: f64) -> Result<u64> {
+        if spec.mode == Mode::Datagram && spec.size > self.mtu {
+            return Ok(0);
+        }
+        let warm = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
+        let r = self.bandwidth(BwSpec {
+            count: warm,
+            ..spec
+        })?;
+        let per = r.seconds / r.delivered.max(1) as f64;
+        Ok(((secs / per.max(1e-9)) as u64).clamp(16, 5_000_000))
+    }
+
+    /// A latency test: `count` iterations of `test` with messages of `size`.
+    pub fn latency(
+        &mut self,
+        test: Test,
+        transport: Transport,
+        mode: Mode,
+        completion: Completion,
+        size: usize,
+        count: u64,
+    ) -> Result<LatRow> {
+        let t = self.data_target(transport, mode)?;
+        self.start(Start {
+            test,
+            mode,
+            transport,
+            completion,
+            size: size as u64,
+            count,
+        })?;
+        let out = vec![0x3cu8; size];
+        let per = if test == Test::Exchange { 2 } else { 1 };
+        let mut samples = Vec::with_capacity(count as usize);
+        let mark = Mark::now();
+        for _ in 0..count {
+            let t0 = clock_ns();
+            match test {
+                Test::PingPong => {
+                    self.data.write(t, &out)?;
+                    self.recv()?;
+                }
+                _ => {
+                    for _ in 0..per {
+                        self.data.write(t, &out)?;
+                    }
+                    for _ in 0..per {
+                        self.recv()?;
+                    }
+                }
+            }
+            let dt = (clock_ns() - t0) as f64 / 1e3;
+            samples.push(if test == Test::PingPong { dt / 2.0 } else { dt });
+        }
+        let (cpu, wall) = mark.since();
+        let done = self.done()?;
+        let usec = Summary::of(&mut samples);
+        // IMB: PingPong and PingPing move `size` each way per t; SendRecv
+        // moves it both ways; Exchange twice both ways.
+        let each = match test {
+            Test::Exchange => 2.0,
+            _ => 1.0,
+        } * size as f64
+            / usec.median.max(1e-9);
+        let both = match test {
+            Test::PingPong => each,
+            _ => 2.0 * each,
+        };
+        Ok(LatRow {
+            test: test_name(test).into(),
+            transport: transport.to_string(),
+            mode: mode.to_string(),
+            completion: completion_name(completion).into(),
+            size: size as u64,
+            iterations: count,
+            usec,
+            mb_per_s_each_way: each,
+            mb_per_s_both: both,
+            cpu_initiator: pct(cpu, wall),
+            cpu_target: pct(done.cpu_ns, done.wall_ns),
+        })
+    }
+
+    fn recv(&mut self) -> Result<()> {
+        self.data
+            .read_timeout(&mut self.buf, PATIENCE)?
+            .ok_or(Error::Timeout)
+            .map(drop)
+    }
+
+    /// Estimates the target's clock offset: (offset, error bound) in
+    /// nanoseconds, from the exchange with the smallest round trip.
+    pub fn clock_offset(&mut self, transport: Transport, probes: u64) -> Result<(f64, f64)> {
+        let t = self.data_target(transport, Mode::Reliable)?;
+        self.start(Start {
+            test: Test::Clock,
+            mode: Mode::Reliable,
+            transport,
+            completion: Completion::Poll,
+            size: 8,
+            count: probes,
+        })?;
+        let mut best = (f64::MAX, 0.0);
+        for _ in 0..probes {
+            let t0 = clock_ns();
+            self.data.write(t, &t0.to_le_bytes())?;
+            let r = self
+                .data
+                .read_timeout(&mut self.buf, PATIENCE)?
+                .ok_or(Error::Timeout)?;
+            let t3 = clock_ns();
+            if r.len < 8 {
+                continue;
+            }
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&self.buf[..8]);
+            let ts = u64::from_le_bytes(w) as f64;
+            let rtt = (t3 - t0) as f64;
+            if rtt < best.0 {
+                best = (rtt, ts - (t0 as f64 + t3 as f64) / 2.0);
+            }
+        }
+        self.done()?;
+        Ok((best.1, best.0 / 2.0))
+    }
+
+    /// One-way latency of `count` messages, one in flight at a time.
+    pub fn oneway(&mut self, transport: Transport, size: usize, count: u64) -> Result<OneWayRow> {
+        let (offset, err) = self.clock_offset(transport, 200)?;
+        let (sent, done) = self.timed_sends(Test::OneWay, transport, size, count)?;
+        let mut lat: Vec<f64> = sent
+            .iter()
+            .zip(&done.samples)
+            .map(|(s, a)| (*a as f64 - offset - *s as f64) / 1e3)
+            .collect();
+        Ok(OneWayRow {
+            transport: transport.to_string(),
+            size: size as u64,
+            iterations: count,
+            offset_usec: offset / 1e3,
+            error_usec: err / 1e3,
+            usec: Summary::of(&mut lat),
+        })
+    }
+
+    /// DP-II's breakdown of one-way latency into its four stages.
+    pub fn breakdown(
+        &mut self,
+        transport: Transport,
+        size: usize,
+        count: u64,
+    ) -> Result<BreakdownRow> {
+        let (offset, err) = self.clock_offset(transport, 200)?;
+        self.data.set_probe(true);
+        let r = self.timed_sends(Test::Breakdown, transport, size, count);
+        self.data.set_probe(false);
+        let (stages, done) = r?;
+        let mut startup = Vec::new();
+        let mut send = Vec::new();
+        let mut net = Vec::new();
+        let mut delivery = Vec::new();
+        for (i, st) in stages.chunks_exact(3).enumerate() {
+            let (Some(&hdr), Some(&dlv)) = (done.samples.get(2 * i), done.samples.get(2 * i + 1))
+            else {
+                break;
+            };
+            startup.push((st[1] - st[0]) as f64 / 1e3);
+            send.push((st[2] - st[1]) as f64 / 1e3);
+            net.push((hdr as f64 - offset - st[2] as f64) / 1e3);
+            delivery.push(dlv.saturating_sub(hdr) as f64 / 1e3);
+        }
+        let m = |v: &mut Vec<f64>| Summary::of(v).median;
+        let (a, b, c, d) = (m(&mut startup), m(&mut send), m(&mut net), m(&mut delivery));
+        Ok(BreakdownRow {
+            transport: transport.to_string(),
+            size: size as u64,
+            iterations: count,
+            startup: a,
+            send: b,
+            net: c,
+            delivery: d,
+            total: a + b + c + d,
+            error_usec: err / 1e3,
+        })
+    }
+
+    /// Sends `count` messages one at a time (each answered by a 1-byte ack);
+    /// returns the initiator's stamps and the target's record.
+    fn timed_sends(
+        &mut self,
+        test: Test,
+        transport: Transport,
+        size: usize,
+        count: u64,
+    ) -> Result<(Vec<u64>, Done)> {
+        let t = self.data_target(transport, Mode::Reliable)?;
+        self.start(Start {
+            test,
+            mode: Mode::Reliable,
+            transport,
+            completion: Completion::Poll,
+            size: size as u64,
+            count,
+        })?;
+        let out = vec![0x77u8; size];
+        let mut stamps = Vec::with_capacity(3 * count as usize);
+        for _ in 0..count {
+            if test == Test::Breakdown {
+                self.data.write(t, &out)?;
+                let tm = self.data.timings();
+                stamps.extend([tm.write_enter, tm.write_framed, tm.write_sent]);
+            } else {
+                stamps.push(clock_ns());
+                self.data.write(t, &out)?;
+            }
+            self.recv()?;
+        }
+        let done = self.done()?;
+        Ok((stamps, done))
+    }
+
+    /// Tells the target to exit.
+    pub fn quit(mut self) -> Result<()> {
+        let t = self.ctl_target(Transport::Tcp)?;
+        let s = Start {
+            test: Test::Quit,
+            mode: Mode::Reliable,
+            transport: Transport::Tcp,
+            completion: Completion::Wait,
+            size: 0,
+            count: 0,
+        };
+        self.ctl.write(t, &s.encode())
+    }
+}
+
+/// Name of a completion as the tables print it.
+pub fn completion_name(c: Completion) -> &'static str {
+    match c {
+        Completion::Poll => "poll",
+        Completion::Wait => "wait",
+    }
+}
+
+/// Name of a test as the tables print it.
+pub fn test_name(t: Test) -> &'static str {
+    match t {
+        Test::Bandwidth => "bw",
+        Test::PingPong => "PingPong",
+        Test::PingPing => "PingPing",
+        Test::SendRecv => "SendRecv",
+        Test::Exchange => "Exchange",
+        Test::Clock => "clock",
+        Test::OneWay => "oneway",
+        Test::Breakdown => "breakdown",
+        Test::Quit => "quit",
+    }
+}

@@ -1,0 +1,48 @@
+//! Summaries of latency samples.
+
+use serde::Serialize;
+
+/// Minimum, median, 99th percentile and mean of a set of samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Smallest sample.
+    pub min: f64,
+    /// Middle sample.
+    pub median: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+}
+
+impl Summary {
+    /// Summarises `samples` (sorted in place). An empty set gives zeros.
+    pub fn of(samples: &mut [f64]) -> Summary {
+        if samples.is_empty() {
+            return Summary::default();
+        }
+        samples.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            samples[((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1]
+        };
+        Summary {
+            min: samples[0],
+            median: rank(0.5),
+            p99: rank(0.99),
+            mean: samples.iter().sum::<f64>() / samples.len() as f64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_a_known_set() {
+        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let s = Summary::of(&mut v);
+        assert_eq!((s.min, s.median, s.p99, s.mean), (1.0, 50.0, 99.0, 50.5));
+        assert_eq!(Summary::of(&mut []), Summary::default());
+    }
+}

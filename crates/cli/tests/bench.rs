@@ -1,0 +1,264 @@
+//! `macrolink bench` with tiny sweeps: the output's structure, and numbers
+//! that are positive and consistent (bytes moved = size x messages). No
+//! assertion on speed.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("macrolink runs");
+    assert!(
+        out.status.success(),
+        "macrolink {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(path: &Path) -> Vec<Value> {
+    serde_json::from_str::<Value>(&std::fs::read_to_string(path).unwrap())
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn num(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"))
+}
+
+#[test]
+fn bw_rows_are_consistent_and_written_three_ways() {
+    let d = tempfile::tempdir().unwrap();
+    let (j, c, p) = (
+        d.path().join("bw.json"),
+        d.path().join("bw.csv"),
+        d.path().join("bw.png"),
+    );
+    let table = run(&[
+        "bench",
+        "bw",
+        "--transport",
+        "shm,tcp",
+        "--mode",
+        "datagram,reliable,put",
+        "--completion",
+        "poll,wait",
+        "--sizes",
+        "10,1000,3000",
+        "--count",
+        "40",
+        "--json",
+        j.to_str().unwrap(),
+        "--csv",
+        c.to_str().unwrap(),
+        "--plot",
+        p.to_str().unwrap(),
+    ]);
+    let rows = json(&j);
+    assert_eq!(rows.len(), 2 * 3 * 2 * 3);
+    assert_eq!(
+        table.lines().count(),
+        1 + rows.len() + 1,
+        "header, rows, plot line"
+    );
+    for r in &rows {
+        let size = num(r, "size");
+        if r["mode"] == "datagram" && size > 2048.0 {
+            assert!(
+                r["mb_per_s"].is_null(),
+                "datagram above the MTU is n.a.: {r}"
+            );
+            continue;
+        }
+        assert_eq!(num(r, "sent"), 40.0, "{r}");
+        // Connected transports lose nothing, even in datagram mode.
+        assert_eq!(num(r, "delivered"), 40.0, "{r}");
+        assert_eq!(num(r, "bytes"), size * 40.0, "{r}");
+        for k in [
+            "seconds",
+            "mb_per_s",
+            "msgs_per_s",
+            "cpu_initiator",
+            "cpu_target",
+        ] {
+            assert!(num(r, k) > 0.0, "{k} in {r}");
+        }
+        let mbs = num(r, "bytes") / num(r, "seconds") / 1e6;
+        assert!(
+            (mbs - num(r, "mb_per_s")).abs() < 1e-6 * mbs.max(1.0),
+            "{r}"
+        );
+    }
+    assert!(table.contains("n.a."));
+    let csv = std::fs::read_to_string(&c).unwrap();
+    assert!(csv.starts_with("transport,mode,completion,size,"));
+    assert_eq!(csv.lines().count(), rows.len() + 1);
+    assert_eq!(&std::fs::read(&p).unwrap()[..4], b"\x89PNG");
+}
+
+#[test]
+fn udp_datagram_rows_count_what_arrived() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("u.json");
+    run(&[
+        "bench",
+        "bw",
+        "--transport",
+        "udp",
+        "--mode",
+        "datagram",
+        "--sizes",
+        "100,2048,4096",
+        "--count",
+        "50",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    let rows = json(&j);
+    assert_eq!(rows.len(), 3);
+    for r in &rows[..2] {
+        let got = num(r, "delivered");
+        assert!(got > 0.0 && got <= 50.0, "{r}");
+        assert_eq!(num(r, "bytes"), got * num(r, "size"), "{r}");
+    }
+    assert!(rows[2]["mb_per_s"].is_null());
+}
+
+#[test]
+fn lat_patterns_report_ordered_summaries() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("l.json");
+    run(&[
+        "bench",
+        "lat",
+        "--pattern",
+        "ping-pong,ping-ping,send-recv,exchange",
+        "--transport",
+        "shm,tcp",
+        "--sizes",
+        "8,5000",
+        "--count",
+        "30",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    let rows = json(&j);
+    assert_eq!(rows.len(), 4 * 2 * 2);
+    for r in &rows {
+        let u = &r["usec"];
+        let (min, med, p99) = (num(u, "min"), num(u, "median"), num(u, "p99"));
+        assert!(0.0 < min && min <= med && med <= p99, "{r}");
+        assert_eq!(num(r, "iterations"), 30.0);
+        let each = num(r, "mb_per_s_each_way");
+        let factor = if r["test"] == "Exchange" { 2.0 } else { 1.0 };
+        assert!(
+            (each - factor * num(r, "size") / med).abs() < 1e-6 * each,
+            "{r}"
+        );
+        let both = num(r, "mb_per_s_both");
+        let k = if r["test"] == "PingPong" { 1.0 } else { 2.0 };
+        assert!((both - k * each).abs() < 1e-6 * both, "{r}");
+    }
+}
+
+#[test]
+fn oneway_and_breakdown_add_up() {
+    let d = tempfile::tempdir().unwrap();
+    let (o, b) = (d.path().join("o.json"), d.path().join("b.json"));
+    run(&[
+        "bench",
+        "oneway",
+        "--count",
+        "50",
+        "--json",
+        o.to_str().unwrap(),
+    ]);
+    for r in json(&o) {
+        assert!(num(&r, "error_usec") > 0.0, "{r}");
+        // One host, one clock: the offset lies within its error bound.
+        assert!(
+            num(&r, "offset_usec").abs() <= num(&r, "error_usec") + 1.0,
+            "{r}"
+        );
+        assert!(num(&r["usec"], "median") > 0.0, "{r}");
+    }
+    let table = run(&[
+        "bench",
+        "breakdown",
+        "--count",
+        "50",
+        "--json",
+        b.to_str().unwrap(),
+    ]);
+    assert!(table.contains("T_startup") && table.contains("T_delivery"));
+    let rows = json(&b);
+    assert_eq!(rows.len(), 4, "shm and tcp, 1 B and 1500 B");
+    for r in &rows {
+        let parts: f64 = ["startup", "send", "net", "delivery"]
+            .iter()
+            .map(|k| num(r, k))
+            .sum();
+        assert!((parts - num(r, "total")).abs() < 1e-9, "{r}");
+        for k in ["startup", "send", "delivery"] {
+            assert!(num(r, k) >= 0.0, "{k} in {r}");
+        }
+        assert!(num(r, "total") > 0.0, "{r}");
+    }
+}
+
+#[test]
+fn two_hosts_via_serve_and_connect() {
+    let mut serve = Command::new(EXE)
+        .args([
+            "bench",
+            "serve",
+            "--exit-with-parent",
+            "--node",
+            "2",
+            "--tcp",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp="))
+        .unwrap()
+        .to_owned();
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("r.json");
+    run(&[
+        "bench",
+        "bw",
+        "--connect",
+        &addr,
+        "--transport",
+        "tcp",
+        "--mode",
+        "reliable,put",
+        "--sizes",
+        "1000",
+        "--count",
+        "25",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    for r in json(&j) {
+        assert_eq!(num(&r, "bytes"), 25_000.0, "{r}");
+    }
+    // The initiator tells the target to quit when it is done.
+    assert!(serve.wait().unwrap().success());
+}
