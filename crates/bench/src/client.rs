@@ -233,6 +233,10 @@ impl Client {
             size: size as u64,
             count,
         })?;
+        if transport == Transport::Udp {
+            // Lets the target learn our datagram address before it answers.
+            self.data.write(t, b"sync")?;
+        }
         let out = vec![0x3cu8; size];
         let per = if test == Test::Exchange { 2 } else { 1 };
         let mut samples = Vec::with_capacity(count as usize);

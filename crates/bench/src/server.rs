@@ -103,6 +103,10 @@ impl Server {
             self.buf.resize(size, 0);
         }
         let mut done = Done::default();
+        if s.transport == Transport::Udp && s.test != Test::Bandwidth {
+            // The initiator's sync datagram tells us where it is.
+            self.read()?;
+        }
         let mark = Mark::now();
         let mut timed = None;
         match s.test {

@@ -170,6 +170,31 @@ fn lat_patterns_report_ordered_summaries() {
 }
 
 #[test]
+fn udp_datagram_ping_pong() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("u.json");
+    run(&[
+        "bench",
+        "lat",
+        "--pattern",
+        "ping-pong,exchange",
+        "--transport",
+        "udp",
+        "--mode",
+        "datagram",
+        "--sizes",
+        "64",
+        "--count",
+        "30",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    let rows = json(&j);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| num(&r["usec"], "median") > 0.0));
+}
+
+#[test]
 fn oneway_and_breakdown_add_up() {
     let d = tempfile::tempdir().unwrap();
     let (o, b) = (d.path().join("o.json"), d.path().join("b.json"));
