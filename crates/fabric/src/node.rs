@@ -135,7 +135,7 @@ pub(crate) struct NodeShared {
     pub(crate) mtu: usize,
     pub(crate) ring: usize,
     pub(crate) shm_dir: Option<PathBuf>,
-    seg_dir: PathBuf,
+    pub(crate) seg_dir: PathBuf,
     pub(crate) tcp_addr: Option<SocketAddr>,
     pub(crate) udp_ip: Option<IpAddr>,
     peers: Mutex<BTreeMap<u32, SocketAddr>>,
@@ -214,12 +214,16 @@ impl NodeShared {
                     _ => e.into(),
                 })?;
                 s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                // Unique on the host even for two nodes of one id in a process.
+                let mut salt = [0u8; 8];
+                getrandom::fill(&mut salt).map_err(|e| io::Error::other(e.to_string()))?;
                 let seg = self.seg_dir.join(format!(
-                    "macrolink-{}-{}-{}-{}",
+                    "macrolink-{}-{}-{}-{}-{:016x}",
                     std::process::id(),
                     from.node,
                     from.ep,
-                    self.seg_counter.fetch_add(1, Ordering::Relaxed)
+                    self.seg_counter.fetch_add(1, Ordering::Relaxed),
+                    u64::from_le_bytes(salt)
                 ));
                 let (_file, map) = ShmStream::create(&seg, self.ring)?;
                 let name = seg.as_os_str().as_encoded_bytes();
@@ -337,6 +341,7 @@ impl Node {
             Some(d) => d.clone(),
             None => std::env::temp_dir(),
         };
+        sweep_stale(&seg_dir);
         let shared = Arc::new(NodeShared {
             id: cfg.id,
             mtu: cfg.datagram_mtu,
@@ -543,5 +548,51 @@ fn segment_path(shared: &NodeShared, name: &[u8]) -> io::Result<PathBuf> {
             io::ErrorKind::PermissionDenied,
             "segment outside the segment directory",
         ))
+    }
+}
+
+/// Removes segment and region files whose creating process is gone (it was
+/// killed before it could remove them).
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("macrolink-")) else {
+            continue;
+        };
+        let rest = rest.strip_prefix("region-").unwrap_or(rest);
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_dead_processes_are_swept_and_live_ones_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let dead = d.path().join("macrolink-region-2147483646-00ff");
+        let dead_seg = d.path().join("macrolink-2147483646-1-1-0-00ff");
+        let live = d
+            .path()
+            .join(format!("macrolink-region-{}-00ff", std::process::id()));
+        let other = d.path().join("unrelated-2147483646");
+        for p in [&dead, &dead_seg, &live, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        sweep_stale(d.path());
+        assert!(!dead.exists() && !dead_seg.exists());
+        assert!(live.exists() && other.exists());
     }
 }

@@ -38,6 +38,16 @@ pub enum FrameKind {
     PutAck = 7,
     /// The put `seq` was refused; `offset` holds a [`Refusal`] code.
     PutNack = 8,
+    /// Shared memory: asks for direct access to the region named by `key`.
+    RegionQuery = 9,
+    /// Answer to a region query: `offset` holds 0 or a [`Refusal`] code;
+    /// when 0, `total` is the region's length and the payload names the
+    /// segment that backs it.
+    RegionInfo = 10,
+    /// Shared memory: the initiator placed `total` bytes at `offset` of region
+    /// `key` itself (one-sided); sent only when the target asked to be told
+    /// (`NOTIFY`).
+    PutDone = 11,
 }
 
 impl FrameKind {
@@ -51,6 +61,9 @@ impl FrameKind {
             6 => Self::Put,
             7 => Self::PutAck,
             8 => Self::PutNack,
+            9 => Self::RegionQuery,
+            10 => Self::RegionInfo,
+            11 => Self::PutDone,
             _ => return None,
         })
     }
@@ -299,11 +312,21 @@ impl Header {
         };
         let bad = |what| Err(WireError::Inconsistent { kind, what });
         match kind {
-            FrameKind::Hello => oversize(4096),
+            FrameKind::Hello | FrameKind::RegionInfo => oversize(4096),
+            FrameKind::PutDone => {
+                if self.len != 0 {
+                    return bad("control frame with payload");
+                }
+                if self.offset.checked_add(self.total).is_none() {
+                    return bad("put range overflows");
+                }
+                Ok(())
+            }
             FrameKind::HelloOk
             | FrameKind::HelloRefused
             | FrameKind::PutAck
-            | FrameKind::PutNack => {
+            | FrameKind::PutNack
+            | FrameKind::RegionQuery => {
                 if self.len != 0 {
                     return bad("control frame with payload");
                 }
@@ -350,7 +373,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kinds() -> impl Strategy<Value = FrameKind> {
-        (1u8..=8).prop_map(|k| FrameKind::from_u8(k).unwrap())
+        (1u8..=11).prop_map(|k| FrameKind::from_u8(k).unwrap())
     }
 
     prop_compose! {

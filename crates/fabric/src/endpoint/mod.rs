@@ -26,7 +26,7 @@ use crate::types::{
     Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
     Timings, Transport,
 };
-use put::{PutStatus, PutTable, Regions};
+use put::{PutStatus, PutTable, Regions, RemoteRegion};
 use rx::{Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use udp::Udp;
 
@@ -102,7 +102,7 @@ impl Endpoint {
                 pool: TokenPool::new(tokens, token_size),
                 ready: VecDeque::with_capacity(tokens * 2),
                 ready_cap: tokens * 2,
-                regions: Regions::default(),
+                regions: Regions::new(node.seg_dir.clone()),
                 puts: PutTable::new(),
                 stats: Stats::default(),
                 probe: false,
@@ -405,14 +405,14 @@ impl Endpoint {
         for i in 0..self.slots.len() {
             let gen = self.slots[i].gen;
             while let Some(conn) = self.slots[i].conn.as_mut() {
-                let Some(mut h) = conn.ctrl_out.pop_front() else {
+                let Some((mut h, payload)) = conn.ctrl_out.pop_front() else {
                     break;
                 };
                 let peer = conn.peer;
                 h.src_node = self.node.id;
                 h.src_ep = self.id;
                 h.dst_ep = peer.ep;
-                if self.send_frame(peer, i as u32, gen, &h, &[]).is_err() {
+                if self.send_frame(peer, i as u32, gen, &h, &payload).is_err() {
                     break;
                 }
             }
@@ -685,6 +685,9 @@ impl Endpoint {
         if offset.checked_add(data.len() as u64).is_none() {
             return Err(Error::PutRefused(macrolink_wire::Refusal::OutOfBounds));
         }
+        if matches!(self.conn_mut(e.peer, slot, gen)?.stream, Stream::Shm(_)) {
+            return self.put_direct(e.peer, slot, gen, data, offset, key, notify);
+        }
         while self.core.puts.next_busy() {
             self.progress()?;
             if self.core.puts.next_busy() {
@@ -718,6 +721,75 @@ impl Endpoint {
         }
         self.core.stats.bytes_out += data.len() as u64;
         Ok(PutHandle(seq))
+    }
+
+    /// Shared memory: writes straight into the target's mapped region, one
+    /// copy, no work for the target; tells it afterwards when asked to.
+    #[allow(clippy::too_many_arguments)]
+    fn put_direct(
+        &mut self,
+        peer: Addr,
+        slot: u32,
+        gen: u32,
+        data: &[u8],
+        offset: u64,
+        key: RegionKey,
+        notify: bool,
+    ) -> Result<PutHandle> {
+        let i = self.remote_region(peer, slot, gen, key)?;
+        let conn = self.conn_mut(peer, slot, gen)?;
+        let region = &conn.remote[i];
+        match offset.checked_add(data.len() as u64) {
+            Some(end) if end <= region.len as u64 => region.write(offset as usize, data),
+            _ => return Err(Error::PutRefused(macrolink_wire::Refusal::OutOfBounds)),
+        }
+        let seq = self.core.puts.post(slot, gen);
+        self.core.puts.complete(seq, PutStatus::Done);
+        if notify {
+            let mut h = Header::new(FrameKind::PutDone);
+            h.flags = Flags::NOTIFY;
+            h.src_node = self.node.id;
+            h.src_ep = self.id;
+            h.dst_ep = peer.ep;
+            h.seq = seq;
+            h.key = key.0;
+            h.offset = offset;
+            h.total = data.len() as u64;
+            self.send_frame(peer, slot, gen, &h, &[])?;
+        }
+        self.core.stats.bytes_out += data.len() as u64;
+        Ok(PutHandle(seq))
+    }
+
+    /// Index of the target's region `key` among the connection's mapped
+    /// regions, asking the target for it the first time.
+    fn remote_region(&mut self, peer: Addr, slot: u32, gen: u32, key: RegionKey) -> Result<usize> {
+        let conn = self.conn_mut(peer, slot, gen)?;
+        if let Some(i) = conn.remote.iter().position(|r| r.key == key.0) {
+            return Ok(i);
+        }
+        conn.region_reply = None;
+        let mut q = Header::new(FrameKind::RegionQuery);
+        q.src_node = self.node.id;
+        q.src_ep = self.id;
+        q.dst_ep = peer.ep;
+        q.key = key.0;
+        self.send_frame(peer, slot, gen, &q, &[])?;
+        loop {
+            if let Some(reply) = self.conn_mut(peer, slot, gen)?.region_reply.take() {
+                let (k, len, path) = reply.map_err(Error::PutRefused)?;
+                if k != key.0 {
+                    continue;
+                }
+                let region = RemoteRegion::map(k, len, &path, &self.node.seg_dir)?;
+                let conn = self.conn_mut(peer, slot, gen)?;
+                conn.remote.push(region);
+                return Ok(conn.remote.len() - 1);
+            }
+            if !self.progress()? {
+                self.idle(Deadline::Never)?;
+            }
+        }
     }
 
     /// Waits until the target has placed the put, or refused it.

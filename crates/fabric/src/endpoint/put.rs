@@ -3,35 +3,86 @@
 
 use macrolink_wire::Refusal;
 
+use memmap2::MmapRaw;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
 use crate::types::{Addr, RegionKey};
 
-/// A region another endpoint may write into with a put.
+/// A region another endpoint may write into with a put. Its memory is a
+/// mapping of a private file in the shared-memory directory, so that
+/// initiators on the same host can map it and write into it themselves.
 #[derive(Debug)]
 struct Region {
     key: u64,
-    mem: Box<[u8]>,
+    len: usize,
+    map: Option<MmapRaw>,
+    path: PathBuf,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // Initiators that mapped it keep their pages; the name goes now.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The regions of one endpoint.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Regions {
     list: Vec<Region>,
+    dir: PathBuf,
+}
+
+/// File-name prefix of region files.
+pub(crate) const REGION_PREFIX: &str = "macrolink-region-";
+
+fn random_u64() -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(u64::from_le_bytes(b))
 }
 
 impl Regions {
-    pub(crate) fn register(&mut self, len: usize) -> std::io::Result<RegionKey> {
-        loop {
-            let mut b = [0u8; 8];
-            getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
-            let key = u64::from_le_bytes(b);
-            if key != 0 && self.index(key).is_none() {
-                self.list.push(Region {
-                    key,
-                    mem: vec![0u8; len].into_boxed_slice(),
-                });
-                return Ok(RegionKey(key));
-            }
+    pub(crate) fn new(dir: PathBuf) -> Regions {
+        Regions {
+            list: Vec::new(),
+            dir,
         }
+    }
+
+    pub(crate) fn register(&mut self, len: usize) -> std::io::Result<RegionKey> {
+        let key = loop {
+            let k = random_u64()?;
+            if k != 0 && self.index(k).is_none() {
+                break k;
+            }
+        };
+        let path = self.dir.join(format!(
+            "{REGION_PREFIX}{}-{:016x}",
+            std::process::id(),
+            random_u64()?
+        ));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.set_len(len as u64)?;
+        let map = if len == 0 {
+            None
+        } else {
+            Some(MmapRaw::map_raw(&file)?)
+        };
+        self.list.push(Region {
+            key,
+            len,
+            map,
+            path,
+        });
+        Ok(RegionKey(key))
     }
 
     pub(crate) fn deregister(&mut self, key: RegionKey) -> bool {
@@ -48,21 +99,100 @@ impl Regions {
     pub(crate) fn check(&self, key: u64, offset: u64, len: u64) -> Result<usize, Refusal> {
         let i = self.index(key).ok_or(Refusal::BadKey)?;
         match offset.checked_add(len) {
-            Some(end) if end <= self.list[i].mem.len() as u64 => Ok(i),
+            Some(end) if end <= self.list[i].len as u64 => Ok(i),
             _ => Err(Refusal::OutOfBounds),
         }
     }
 
-    pub(crate) fn get(&self, key: RegionKey) -> Option<&[u8]> {
-        self.index(key.0).map(|i| &*self.list[i].mem)
+    /// Length and backing file of the region with `key`.
+    pub(crate) fn backing(&self, key: u64) -> Option<(usize, &Path)> {
+        self.index(key)
+            .map(|i| (self.list[i].len, self.list[i].path.as_path()))
     }
 
-    pub(crate) fn get_mut(&mut self, key: RegionKey) -> Option<&mut [u8]> {
-        self.index(key.0).map(|i| &mut *self.list[i].mem)
+    fn slice(&self, i: usize) -> &[u8] {
+        let r = &self.list[i];
+        match &r.map {
+            // SAFETY: the mapping is `len` bytes and lives as long as the
+            // region. Peers on this host may write into it concurrently: that
+            // is put mode's contract, as with RDMA, and the application reads a
+            // range only after the put that wrote it was notified.
+            Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), r.len) },
+            None => &[],
+        }
     }
 
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut [u8] {
-        &mut self.list[i].mem
+        let r = &mut self.list[i];
+        match &r.map {
+            // SAFETY: as in `slice`; `&mut self` keeps this process to one
+            // writer.
+            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr(), r.len) },
+            None => &mut [],
+        }
+    }
+
+    pub(crate) fn get(&self, key: RegionKey) -> Option<&[u8]> {
+        self.index(key.0).map(|i| self.slice(i))
+    }
+
+    pub(crate) fn get_mut(&mut self, key: RegionKey) -> Option<&mut [u8]> {
+        self.index(key.0).map(|i| self.slot_mut(i))
+    }
+}
+
+/// A target's region mapped into this process for one-sided puts.
+#[derive(Debug)]
+pub(crate) struct RemoteRegion {
+    pub(crate) key: u64,
+    pub(crate) len: usize,
+    map: Option<MmapRaw>,
+}
+
+impl RemoteRegion {
+    /// Maps the file a target named for region `key` of `len` bytes, after
+    /// checking that it is a region file in the shared directory.
+    pub(crate) fn map(key: u64, len: usize, path: &Path, dir: &Path) -> std::io::Result<Self> {
+        let ok = path.parent() == Some(dir)
+            && path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(REGION_PREFIX));
+        if !ok {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "region file outside the shared directory",
+            ));
+        }
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() != len as u64 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "region file size does not match",
+            ));
+        }
+        let map = if len == 0 {
+            None
+        } else {
+            Some(MmapRaw::map_raw(&file)?)
+        };
+        Ok(RemoteRegion { key, len, map })
+    }
+
+    /// Copies `data` to `offset`; the caller has checked the bounds.
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset + data.len() <= self.len,
+            "bounds checked by the caller"
+        );
+        if let Some(m) = &self.map {
+            // SAFETY: offset + len lies inside the mapping (asserted); the
+            // target process may read these bytes concurrently, which put
+            // mode leaves to the application (it reads after notification).
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), m.as_mut_ptr().add(offset), data.len())
+            };
+        }
     }
 }
 
@@ -146,12 +276,21 @@ mod tests {
 
     #[test]
     fn whole_put_is_checked_before_writing() {
-        let mut r = Regions::default();
+        let d = tempfile::tempdir().unwrap();
+        let mut r = Regions::new(d.path().to_path_buf());
         let k = r.register(100).unwrap();
         assert!(r.check(k.0, 0, 100).is_ok());
         assert_eq!(r.check(k.0, 1, 100), Err(Refusal::OutOfBounds));
         assert_eq!(r.check(k.0, u64::MAX, 2), Err(Refusal::OutOfBounds));
         assert_eq!(r.check(k.0 ^ 1, 0, 1), Err(Refusal::BadKey));
+        let (len, path) = r.backing(k.0).unwrap();
+        let remote = RemoteRegion::map(k.0, len, path, d.path()).unwrap();
+        remote.write(10, b"direct");
+        assert_eq!(&r.get(k).unwrap()[10..16], b"direct");
+        assert!(RemoteRegion::map(k.0, len, Path::new("/etc/passwd"), d.path()).is_err());
+        let path = path.to_path_buf();
+        assert!(r.deregister(k));
+        assert!(!path.exists(), "the file goes with the region");
     }
 
     #[test]

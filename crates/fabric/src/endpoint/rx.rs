@@ -13,7 +13,7 @@ use macrolink_wire::{FrameKind, Header, Refusal};
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::put::{PutStatus, PutTable, Regions};
+use super::put::{PutStatus, PutTable, Regions, RemoteRegion};
 use crate::framing::{FrameReader, RxError};
 use crate::pool::{Chain, TokenPool};
 use crate::sys;
@@ -120,8 +120,15 @@ pub(crate) struct Conn {
     /// The current frame passed its checks and is being read.
     frame_started: bool,
     pub(crate) tx_seq: u64,
-    /// Control frames (put answers) waiting to be sent between messages.
-    pub(crate) ctrl_out: VecDeque<Header>,
+    /// Control frames (put answers, region answers) waiting to be sent
+    /// between messages, with their payload.
+    pub(crate) ctrl_out: VecDeque<(Header, Vec<u8>)>,
+    /// Payload of a control frame being read.
+    ctrl_buf: Vec<u8>,
+    /// The target's answer to our last region query: (key, length, file).
+    pub(crate) region_reply: Option<Result<(u64, usize, std::path::PathBuf), Refusal>>,
+    /// Target regions mapped for one-sided puts (shared memory only).
+    pub(crate) remote: Vec<RemoteRegion>,
 }
 
 /// What one pass over a connection did.
@@ -151,6 +158,9 @@ impl Conn {
             frame_started: false,
             tx_seq: 0,
             ctrl_out: VecDeque::with_capacity(16),
+            ctrl_buf: Vec::new(),
+            region_reply: None,
+            remote: Vec::new(),
         }
     }
 
@@ -202,6 +212,48 @@ impl Conn {
                     self.frame_started = false;
                     if !core.puts.complete(h.seq, status) {
                         return self.violation(core, "answer to no pending put");
+                    }
+                    Step::Moved
+                }
+                FrameKind::RegionQuery => {
+                    self.rx.finish();
+                    let mut answer = Header::new(FrameKind::RegionInfo);
+                    answer.key = h.key;
+                    let mut name = Vec::new();
+                    match core.regions.backing(h.key) {
+                        Some((len, path)) => {
+                            answer.total = len as u64;
+                            name = path.as_os_str().as_encoded_bytes().to_vec();
+                            answer.len = name.len() as u32;
+                        }
+                        None => {
+                            core.stats.puts_refused += 1;
+                            answer.offset = Refusal::BadKey.code();
+                        }
+                    }
+                    self.ctrl_out.push_back((answer, name));
+                    Step::Moved
+                }
+                FrameKind::RegionInfo => self.region_info(core, h),
+                FrameKind::PutDone => {
+                    self.rx.finish();
+                    match core.regions.check(h.key, h.offset, h.total) {
+                        Ok(_) => {
+                            core.stats.bytes_in += h.total;
+                            if h.flags.contains(macrolink_wire::Flags::NOTIFY) {
+                                core.ready.push_back(Ready::Placed {
+                                    from: self.peer,
+                                    transport: self.stream.transport(),
+                                    key: RegionKey(h.key),
+                                    offset: h.offset,
+                                    len: h.total as usize,
+                                });
+                            }
+                        }
+                        Err(r) => {
+                            core.stats.bad_frames += 1;
+                            tracing::warn!(peer = %self.peer, "put notice for no region: {r}");
+                        }
                     }
                     Step::Moved
                 }
@@ -371,6 +423,34 @@ impl Conn {
         }
     }
 
+    fn region_info(&mut self, core: &mut Core, h: Header) -> Step {
+        if !self.frame_started {
+            self.ctrl_buf.clear();
+            self.ctrl_buf.resize(h.len as usize, 0);
+            self.frame_started = true;
+        }
+        let mut moved = false;
+        while self.rx.left() > 0 {
+            let at = h.len as usize - self.rx.left();
+            match self.rx.payload(&mut self.stream, &mut self.ctrl_buf[at..]) {
+                Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                Ok(_) => moved = true,
+                Err(e) => return Step::Lost(e.to_string()),
+            }
+        }
+        self.rx.finish();
+        self.frame_started = false;
+        self.region_reply = Some(if h.offset != 0 {
+            Err(Refusal::from_code(h.offset))
+        } else {
+            match std::str::from_utf8(&self.ctrl_buf) {
+                Ok(name) => Ok((h.key, h.total as usize, name.into())),
+                Err(_) => return self.violation(core, "region file name is not UTF-8"),
+            }
+        });
+        Step::Moved
+    }
+
     /// Sleeps or spins until more bytes may have arrived on this stream.
     fn await_more(&mut self, completion: Completion) -> Result<(), String> {
         match completion {
@@ -488,7 +568,7 @@ impl Conn {
                 tracing::debug!(peer = %self.peer, "put refused: {r}");
             }
         }
-        self.ctrl_out.push_back(answer);
+        self.ctrl_out.push_back((answer, Vec::new()));
         self.asm = Asm::Idle;
         Step::Moved
     }
