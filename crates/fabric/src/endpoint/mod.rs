@@ -79,6 +79,8 @@ pub struct Endpoint {
     pollfds: Vec<libc::pollfd>,
     next_slot: usize,
     idle_spins: u32,
+    /// Datagrams are in use: look at the UDP socket on every pass.
+    udp_hot: bool,
     in_send: bool,
 }
 
@@ -113,6 +115,7 @@ impl Endpoint {
             pollfds: Vec::new(),
             next_slot: 0,
             idle_spins: 0,
+            udp_hot: false,
             in_send: false,
             node,
         })
@@ -194,14 +197,16 @@ impl Endpoint {
                     node: to.node,
                     transport,
                 })?;
-                match udp.learned(to) {
+                let route = match udp.learned(to) {
                     Some(sa) => Route::Udp(sa),
                     None => {
                         let sa = self.node.resolve_udp(me, to)?;
                         udp.learn(to, sa);
                         Route::Udp(sa)
                     }
-                }
+                };
+                self.udp_hot = true;
+                route
             }
             Transport::Shm | Transport::Tcp => {
                 self.adopt_incoming();
@@ -465,9 +470,16 @@ impl Endpoint {
                 self.idle_spins = 0;
                 continue;
             }
+            // Reading the clock costs as much as a pass: while polling, look
+            // at it every 256 idle passes only.
+            let polling = self.core.completion == Completion::Poll;
             match deadline {
                 Deadline::Now => return Ok(None),
-                Deadline::At(t) if Instant::now() >= t => return Ok(None),
+                Deadline::At(t)
+                    if (!polling || self.idle_spins % 256 == 0) && Instant::now() >= t =>
+                {
+                    return Ok(None)
+                }
                 _ => {}
             }
             self.idle(deadline)?;
@@ -559,10 +571,20 @@ impl Endpoint {
                 }
             }
         }
-        if let Some(udp) = self.udp.as_mut() {
+        // The datagram socket costs a system call per look: while polling,
+        // look every pass only once datagrams are in use, else now and then.
+        let look =
+            self.udp_hot || self.core.completion == Completion::Wait || self.idle_spins % 64 == 0;
+        if let Some(udp) = self.udp.as_mut().filter(|_| look) {
             match udp.progress(&mut self.core, user)? {
-                Step::Delivered(r) => return Ok((Some(r), true)),
-                Step::Moved => moved = true,
+                Step::Delivered(r) => {
+                    self.udp_hot = true;
+                    return Ok((Some(r), true));
+                }
+                Step::Moved => {
+                    self.udp_hot = true;
+                    moved = true;
+                }
                 _ => {}
             }
         }
