@@ -129,6 +129,21 @@ unsafe fn opt_str<'a>(s: *const c_char) -> Result<Option<&'a str>, c_int> {
         .map_err(|_| code(DpError::Inval))
 }
 
+/// The caller's input buffer as a slice.
+///
+/// # Safety
+/// `buf` points to `len` readable bytes that stay valid for `'a`, or `len` is 0.
+unsafe fn input<'a>(buf: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(code(DpError::Inval));
+    }
+    // SAFETY: non-null, and the caller promises `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+}
+
 /// Starts this process's node. `shm_dir` (NULL: the default) is where nodes
 /// of this host meet; `tcp_listen` (NULL: "127.0.0.1:0") is the TCP address.
 ///
@@ -286,14 +301,10 @@ pub unsafe extern "C" fn dp_write(fd: c_int, t: c_int, buf: *const c_void, len: 
     let Some(t) = target_from(t) else {
         return code(DpError::BadF) as isize;
     };
-    if buf.is_null() && len != 0 {
-        return code(DpError::Inval) as isize;
-    }
-    let data = if len == 0 {
-        &[][..]
-    } else {
-        // SAFETY: the caller promises `len` readable bytes at `buf`.
-        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
+    // SAFETY: forwarded caller guarantee.
+    let data = match unsafe { input(buf, len) } {
+        Ok(d) => d,
+        Err(c) => return c as isize,
     };
     let ep = match endpoint(fd) {
         Ok(e) => e,
@@ -421,14 +432,10 @@ pub unsafe extern "C" fn dp_put(
     let Some(t) = target_from(t) else {
         return code(DpError::BadF);
     };
-    if buf.is_null() && len != 0 {
-        return code(DpError::Inval);
-    }
-    let data = if len == 0 {
-        &[][..]
-    } else {
-        // SAFETY: the caller promises `len` readable bytes at `buf`.
-        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
+    // SAFETY: forwarded caller guarantee.
+    let data = match unsafe { input(buf, len) } {
+        Ok(d) => d,
+        Err(c) => return c,
     };
     let ep = match endpoint(fd) {
         Ok(e) => e,

@@ -298,15 +298,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
 
     eprintln!("shm latency ...");
-    let ours = lat(&mut s, Transport::Shm, Mode::Reliable, 8)?;
-    let theirs = has("ucx_perftest")
-        .then(|| opt(ucx("posix,self", "tag_lat", 8, n * 5).map(|x| x.0)))
-        .flatten();
+    // Sub-microsecond figures move with where the scheduler puts the two
+    // processes: best median of three runs each, interleaved.
+    let (mut ours, mut theirs) = (f64::MAX, None::<f64>);
+    for _ in 0..3 {
+        ours = ours.min(lat(&mut s, Transport::Shm, Mode::Reliable, 8)?);
+        if has("ucx_perftest") {
+            if let Some(v) = opt(ucx("posix,self", "tag_lat", 8, n * 5).map(|x| x.0)) {
+                theirs = Some(theirs.map_or(v, |t| t.min(v)));
+            }
+        }
+    }
     rows.push(row(
         "shm 8 B ping-pong, half round trip, polling",
         "us",
         Some(ours),
-        "ucx_perftest tag_lat (posix)",
+        "ucx_perftest tag_lat (posix), best of 3",
         theirs,
         Goal::AtMost(1.0),
     ));
