@@ -41,9 +41,12 @@ enum BenchCommand {
 /// Where the other side is.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct Peer {
-    /// The target runs elsewhere: `macrolink bench serve --tcp ADDR` there.
-    #[arg(long)]
+    /// The target runs elsewhere, started there with `--listen ADDR`.
+    #[arg(long, conflicts_with = "listen")]
     connect: Option<SocketAddr>,
+    /// Be the target of another host's runs, on this TCP address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -261,7 +264,32 @@ fn save<T: Serialize>(peer: &Peer, rows: &[T]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--listen`: serve another host's runs instead of running any here.
+fn listening(peer: &Peer) -> Option<ServeArgs> {
+    let addr = peer.listen?;
+    Some(ServeArgs {
+        node: NodeArgs {
+            node: 2,
+            shm_dir: None,
+            tcp: addr,
+            udp: addr.ip(),
+            peers: Vec::new(),
+            mtu: macrolink_fabric::DEFAULT_MTU,
+        },
+        exit_with_parent: false,
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let peer = match &args.command {
+        BenchCommand::Bw(a) => Some(&a.peer),
+        BenchCommand::Lat(a) => Some(&a.peer),
+        BenchCommand::Oneway(a) | BenchCommand::Breakdown(a) => Some(&a.peer),
+        _ => None,
+    };
+    if let Some(serve_args) = peer.and_then(listening) {
+        return serve(serve_args);
+    }
     match args.command {
         BenchCommand::Serve(a) => serve(a),
         BenchCommand::Bw(a) => {
@@ -399,6 +427,7 @@ impl BwArgs {
         BwArgs {
             peer: Peer {
                 connect: None,
+                listen: None,
                 json: None,
                 csv: None,
             },

@@ -239,23 +239,27 @@ fn oneway_and_breakdown_add_up() {
     }
 }
 
+/// A child process killed if the test fails before it exits by itself.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
-fn two_hosts_via_serve_and_connect() {
-    let mut serve = Command::new(EXE)
-        .args([
-            "bench",
-            "serve",
-            "--exit-with-parent",
-            "--node",
-            "2",
-            "--tcp",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+fn two_hosts_via_listen_and_connect() {
+    let mut target = Reap(
+        Command::new(EXE)
+            .args(["bench", "bw", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
+    BufReader::new(target.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let addr = line
@@ -285,5 +289,5 @@ fn two_hosts_via_serve_and_connect() {
         assert_eq!(num(&r, "bytes"), 25_000.0, "{r}");
     }
     // The initiator tells the target to quit when it is done.
-    assert!(serve.wait().unwrap().success());
+    assert!(target.0.wait().unwrap().success());
 }
