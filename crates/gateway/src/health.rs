@@ -1,0 +1,191 @@
+//! Dead-gateway detection: a heartbeat to every gateway each `interval`; a
+//! gateway that leaves `misses` heartbeats in a row unanswered is down; one
+//! that answers again is up.
+
+use crate::{Gw, Nanos};
+
+/// Detection settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Time between heartbeats to one gateway.
+    pub interval: Nanos,
+    /// Unanswered heartbeats in a row that make a gateway down.
+    pub misses: u32,
+}
+
+impl Default for HealthConfig {
+    /// 100 ms and 3 misses: a dead gateway is out of use within 0.4 s.
+    fn default() -> Self {
+        HealthConfig {
+            interval: 100_000_000,
+            misses: 3,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// Longest time from a gateway's death to its detection.
+    pub fn detection_bound(&self) -> Nanos {
+        self.interval * (u64::from(self.misses) + 1)
+    }
+}
+
+/// What the driver must do or learn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthEvent {
+    /// Send heartbeat `seq` to the gateway.
+    Probe { gw: Gw, seq: u64 },
+    /// The gateway stopped answering: take it out of every path.
+    Down(Gw),
+    /// The gateway answers again: take it back into use.
+    Up(Gw),
+}
+
+#[derive(Clone, Debug)]
+struct State {
+    next_probe: Nanos,
+    /// Sequence of the last heartbeat sent.
+    sent: u64,
+    /// Sequence of the last heartbeat answered.
+    answered: u64,
+    up: bool,
+}
+
+/// Heartbeat bookkeeping of one compute host for the gateways of a lane.
+#[derive(Clone, Debug)]
+pub struct Health {
+    cfg: HealthConfig,
+    gws: Vec<State>,
+}
+
+impl Health {
+    /// `n` gateways, taken to be up, first probed at `now`.
+    pub fn new(n: usize, cfg: HealthConfig, now: Nanos) -> Health {
+        Health {
+            cfg,
+            gws: (0..n)
+                .map(|_| State {
+                    next_probe: now,
+                    sent: 0,
+                    answered: 0,
+                    up: true,
+                })
+                .collect(),
+        }
+    }
+
+    /// The answer to heartbeat `seq` came from `gw`.
+    pub fn on_reply(&mut self, gw: Gw, seq: u64, out: &mut Vec<HealthEvent>) {
+        let Some(s) = self.gws.get_mut(gw) else {
+            return;
+        };
+        if seq > s.sent || seq <= s.answered {
+            return; // not ours, or old
+        }
+        s.answered = seq;
+        if !s.up {
+            s.up = true;
+            out.push(HealthEvent::Up(gw));
+        }
+    }
+
+    /// Heartbeats due at `now`, and gateways found down.
+    pub fn poll(&mut self, now: Nanos, out: &mut Vec<HealthEvent>) {
+        for (gw, s) in self.gws.iter_mut().enumerate() {
+            if now < s.next_probe {
+                continue;
+            }
+            // Heartbeats sent whose answer time (one interval) has passed.
+            let unanswered = s.sent - s.answered;
+            if s.up && unanswered >= u64::from(self.cfg.misses) {
+                s.up = false;
+                out.push(HealthEvent::Down(gw));
+            }
+            s.sent += 1;
+            out.push(HealthEvent::Probe { gw, seq: s.sent });
+            s.next_probe = now + self.cfg.interval;
+        }
+    }
+
+    /// Whether `gw` is up.
+    pub fn is_up(&self, gw: Gw) -> bool {
+        self.gws.get(gw).is_some_and(|s| s.up)
+    }
+
+    /// When `poll` next has work.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.gws.iter().map(|s| s.next_probe).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    /// Runs heartbeats with a 1 ms answer delay; gateway `dead` stops
+    /// answering at `dies` and starts again at `revives`.
+    fn run(dead: Gw, dies: Nanos, revives: Nanos, until: Nanos) -> Vec<(Nanos, HealthEvent)> {
+        let mut h = Health::new(3, HealthConfig::default(), 0);
+        let mut log = Vec::new();
+        let mut pending: Vec<(Nanos, Gw, u64)> = Vec::new();
+        let mut now = 0;
+        while now <= until {
+            let mut out = Vec::new();
+            for &(at, gw, seq) in pending.iter().filter(|p| p.0 == now) {
+                let _ = at;
+                h.on_reply(gw, seq, &mut out);
+            }
+            pending.retain(|p| p.0 != now);
+            h.poll(now, &mut out);
+            for e in out {
+                if let HealthEvent::Probe { gw, seq } = e {
+                    let answers = gw != dead || now < dies || now >= revives;
+                    if answers {
+                        pending.push((now + MS, gw, seq));
+                    }
+                } else {
+                    log.push((now, e));
+                }
+            }
+            now += MS;
+        }
+        log
+    }
+
+    #[test]
+    fn a_dead_gateway_is_found_within_the_bound_and_taken_back() {
+        let cfg = HealthConfig::default();
+        let dies = 1234 * MS;
+        let log = run(1, dies, 3000 * MS, 4000 * MS);
+        assert_eq!(log.len(), 2, "{log:?}");
+        let (t_down, e) = log[0];
+        assert_eq!(e, HealthEvent::Down(1));
+        assert!(
+            t_down > dies && t_down - dies <= cfg.detection_bound(),
+            "{}",
+            (t_down - dies) / MS
+        );
+        assert!(t_down - dies >= cfg.interval * u64::from(cfg.misses - 1));
+        let (t_up, e) = log[1];
+        assert_eq!(e, HealthEvent::Up(1));
+        assert!(t_up >= 3000 * MS && t_up - 3000 * MS <= cfg.interval + MS);
+    }
+
+    #[test]
+    fn healthy_gateways_raise_nothing() {
+        assert!(run(9, 0, 0, 5000 * MS).is_empty());
+    }
+
+    #[test]
+    fn stale_and_foreign_answers_are_ignored() {
+        let mut h = Health::new(1, HealthConfig::default(), 0);
+        let mut out = Vec::new();
+        h.on_reply(0, 7, &mut out);
+        h.on_reply(5, 1, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(h.next_deadline(), Some(0));
+        assert!(h.is_up(0));
+    }
+}
