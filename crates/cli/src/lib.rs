@@ -6,3 +6,4 @@ pub mod demo;
 pub mod echo;
 pub mod node_args;
 pub mod peer;
+pub mod roles;

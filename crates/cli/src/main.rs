@@ -1,6 +1,6 @@
 //! `macrolink`: the command line.
 
-use macrolink::{bench, demo, echo};
+use macrolink::{bench, demo, echo, roles};
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +19,10 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks: bandwidth, latency, one-way latency, breakdown, comparison.
     Bench(bench::Args),
+    /// I/O gateway: relay striped transfers between compute and storage hosts.
+    Gateway(roles::Args),
+    /// Storage side of striped transfers: place chunks, check the whole.
+    Sink(roles::Args),
     /// Answer every message with the same message, and every notified put
     /// with the bytes it placed. Prints its addresses on the first line.
     Echo(echo::Args),
@@ -36,5 +40,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Gateway(a) => roles::gateway(a),
+        Command::Sink(a) => roles::sink(a),
     }
 }

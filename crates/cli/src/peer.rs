@@ -32,8 +32,20 @@ impl Peer {
     /// Starts `macrolink echo` (the binary at `exe`) as node `node` with `extra` arguments and waits
     /// for its `ready` line.
     pub fn spawn(exe: &Path, node: u32, shm_dir: &Path, extra: &[&str]) -> anyhow::Result<Peer> {
+        Peer::spawn_role(exe, "echo", node, shm_dir, extra)
+    }
+
+    /// Starts `macrolink ROLE` (echo, gateway, sink) as node `node` and waits
+    /// for its `ready` line.
+    pub fn spawn_role(
+        exe: &Path,
+        role: &str,
+        node: u32,
+        shm_dir: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Peer> {
         let mut child = Command::new(exe)
-            .args(["echo", "--exit-with-parent", "--node", &node.to_string()])
+            .args([role, "--exit-with-parent", "--node", &node.to_string()])
             .arg("--shm-dir")
             .arg(shm_dir)
             .args(extra)

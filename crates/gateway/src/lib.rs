@@ -21,6 +21,7 @@
 
 pub mod assemble;
 pub mod health;
+pub mod msg;
 pub mod paths;
 pub mod stripe;
 

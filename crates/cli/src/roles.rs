@@ -1,0 +1,58 @@
+//! `macrolink gateway` and `macrolink sink`: the gateway and storage roles of
+//! a striped transfer, one process each.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use macrolink_fabric::{Completion, EndpointConfig, Node};
+use std::io::Write;
+
+use crate::node_args::NodeArgs;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Endpoint id to serve on.
+    #[arg(long, default_value_t = 1)]
+    ep: u32,
+    /// Exit when the parent process exits.
+    #[arg(long)]
+    exit_with_parent: bool,
+}
+
+fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
+    if args.exit_with_parent {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    }
+    let node = Node::start(args.node.config()).context("starting the node")?;
+    let cfg = EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 256,
+        ..EndpointConfig::default()
+    };
+    let ep = node.open(args.ep, cfg)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "ready node={} tcp={}",
+        node.id(),
+        node.tcp_addr().map(|a| a.to_string()).unwrap_or_default()
+    )?;
+    out.flush()?;
+    Ok((node, ep))
+}
+
+/// Relays between compute and storage hosts.
+pub fn gateway(args: Args) -> anyhow::Result<()> {
+    let (_node, ep) = start(&args)?;
+    macrolink_gwnet::relay::run(ep)?;
+    Ok(())
+}
+
+/// Receives striped transfers and checks them.
+pub fn sink(args: Args) -> anyhow::Result<()> {
+    let (_node, ep) = start(&args)?;
+    macrolink_gwnet::sink::run(ep, None)?;
+    Ok(())
+}

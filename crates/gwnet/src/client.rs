@@ -1,0 +1,220 @@
+//! The compute side: one transfer striped over every live gateway, with
+//! heartbeats, failover and an end-to-end hash check.
+
+use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
+use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
+use macrolink_gateway::msg::{Msg, CHUNK_HEADER};
+use macrolink_gateway::stripe::{StripeConfig, Striper};
+use std::time::Duration;
+
+use crate::to_pair;
+
+/// Settings of a striped send.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SendConfig {
+    /// Chunking and retransmission.
+    pub stripe: StripeConfig,
+    /// Heartbeats.
+    pub health: HealthConfig,
+}
+
+/// What a send measured.
+#[derive(Clone, Debug, Default)]
+pub struct SendReport {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Seconds from start to the verdict.
+    pub secs: f64,
+    /// Longest time without a new chunk acknowledged, in seconds.
+    pub longest_stall: f64,
+    /// Chunks sent again.
+    pub resent: u64,
+    /// Gateways taken out of use during the send.
+    pub failovers: u64,
+    /// Whether the storage host found the hash right.
+    pub verified: bool,
+}
+
+struct Lanes {
+    gws: Vec<Addr>,
+    targets: Vec<Option<Target>>,
+    down: Vec<bool>,
+    failovers: u64,
+}
+
+impl Lanes {
+    fn index(&self, a: Addr) -> Option<usize> {
+        self.gws.iter().position(|g| *g == a)
+    }
+
+    fn mark_down(&mut self, gw: usize, striper: &mut Striper) {
+        if !self.down[gw] {
+            self.down[gw] = true;
+            self.targets[gw] = None;
+            self.failovers += 1;
+            striper.on_path_down(gw);
+            tracing::info!("gateway {} out of use", self.gws[gw]);
+        }
+    }
+
+    fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
+        if self.targets[gw].is_none() {
+            self.targets[gw] = ep
+                .target_via(self.gws[gw], Mode::Reliable, Transport::Tcp)
+                .ok();
+        }
+        self.targets[gw]
+    }
+}
+
+/// Sends `data` as transfer `transfer` to `storage` through `gateways`;
+/// `progress` hears the number of chunks acknowledged so far.
+pub fn send(
+    ep: &mut Endpoint,
+    gateways: &[Addr],
+    storage: Addr,
+    transfer: u64,
+    data: &[u8],
+    cfg: SendConfig,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SendReport> {
+    let n = gateways.len();
+    let total = data.len() as u64;
+    let start = clock_ns();
+    let mut striper = Striper::new(total, n, cfg.stripe);
+    let mut health = Health::new(n, cfg.health, start);
+    let mut lanes = Lanes {
+        gws: gateways.to_vec(),
+        targets: vec![None; n],
+        down: vec![false; n],
+        failovers: 0,
+    };
+    for gw in 0..n {
+        if lanes.target(ep, gw).is_none() {
+            lanes.mark_down(gw, &mut striper);
+        }
+    }
+    let me = to_pair(ep.addr());
+    let to = to_pair(storage);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = Vec::with_capacity(CHUNK_HEADER + cfg.stripe.chunk as usize);
+    let mut events = Vec::new();
+    let (mut acked, mut last_ack, mut longest) = (0u64, start, 0u64);
+    while !striper.is_complete() {
+        let now = clock_ns();
+        events.clear();
+        health.poll(now, &mut events);
+        for e in events.drain(..) {
+            match e {
+                HealthEvent::Probe { gw, seq } => {
+                    out.clear();
+                    Msg::Ping { seq }.encode(&mut out);
+                    if let Some(t) = lanes.target(ep, gw) {
+                        if ep.write(t, &out).is_err() {
+                            lanes.mark_down(gw, &mut striper);
+                        }
+                    }
+                }
+                HealthEvent::Down(gw) => lanes.mark_down(gw, &mut striper),
+                HealthEvent::Up(gw) => {
+                    if lanes.down[gw] && lanes.target(ep, gw).is_some() {
+                        lanes.down[gw] = false;
+                        striper.on_path_up(gw);
+                        tracing::info!("gateway {} back in use", lanes.gws[gw]);
+                    }
+                }
+            }
+        }
+        while let Some(tx) = striper.poll_transmit(now) {
+            let c = tx.chunk;
+            out.clear();
+            let slice = &data[c.offset as usize..(c.offset + c.len) as usize];
+            Msg::Chunk {
+                transfer,
+                total,
+                chunk: c,
+                from: me,
+                to,
+                data: slice,
+            }
+            .encode(&mut out);
+            let sent = lanes.target(ep, tx.gw).map(|t| ep.write(t, &out));
+            if !matches!(sent, Some(Ok(()))) {
+                lanes.mark_down(tx.gw, &mut striper);
+            }
+        }
+        match ep.read_timeout(&mut buf, Duration::from_millis(1)) {
+            Ok(Some(r)) => match Msg::decode(&buf[..r.len]) {
+                Ok(Msg::Pong { seq }) => {
+                    if let Some(gw) = lanes.index(r.from) {
+                        health.on_reply(gw, seq, &mut events);
+                    }
+                }
+                Ok(Msg::Ack {
+                    transfer: t, seq, ..
+                }) if t == transfer => {
+                    striper.on_ack(seq);
+                    acked += 1;
+                    let now = clock_ns();
+                    longest = longest.max(now - last_ack);
+                    last_ack = now;
+                    progress(acked, striper.chunks());
+                }
+                _ => {}
+            },
+            Ok(None) => {}
+            Err(Error::PeerLost { peer, .. }) => {
+                if let Some(gw) = lanes.index(peer) {
+                    lanes.mark_down(gw, &mut striper);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Every chunk is placed: ask storage to check the whole.
+    let hash = xxhash_rust::xxh3::xxh3_64(data);
+    out.clear();
+    Msg::Done {
+        transfer,
+        hash,
+        from: me,
+        to,
+    }
+    .encode(&mut out);
+    let mut verified = false;
+    'ask: for _ in 0..3 {
+        for gw in 0..n {
+            if lanes.down[gw] {
+                continue;
+            }
+            let Some(t) = lanes.target(ep, gw) else {
+                continue;
+            };
+            if ep.write(t, &out).is_err() {
+                continue;
+            }
+            let deadline = clock_ns() + 10_000_000_000;
+            while clock_ns() < deadline {
+                if let Ok(Some(r)) = ep.read_timeout(&mut buf, Duration::from_millis(100)) {
+                    if let Ok(Msg::Verdict {
+                        transfer: t, ok, ..
+                    }) = Msg::decode(&buf[..r.len])
+                    {
+                        if t == transfer {
+                            verified = ok;
+                            break 'ask;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(SendReport {
+        bytes: total,
+        secs: (clock_ns() - start) as f64 / 1e9,
+        longest_stall: longest as f64 / 1e9,
+        resent: striper.resent,
+        failovers: lanes.failovers,
+        verified,
+    })
+}
