@@ -44,11 +44,18 @@ impl Peer {
         shm_dir: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Peer> {
-        let mut child = Command::new(exe)
-            .args([role, "--exit-with-parent", "--node", &node.to_string()])
+        let mut cmd = Command::new(exe);
+        cmd.args([role, "--exit-with-parent", "--node", &node.to_string()])
             .arg("--shm-dir")
             .arg(shm_dir)
-            .args(extra)
+            .args(extra);
+        Peer::spawn_cmd(cmd)
+    }
+
+    /// Starts a prepared `macrolink` command line (it may run under a
+    /// wrapper such as `ip netns exec NS`) and waits for its `ready` line.
+    pub fn spawn_cmd(mut cmd: Command) -> anyhow::Result<Peer> {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .spawn()
             .context("starting the peer")?;
