@@ -95,6 +95,7 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
         &mut |_, _| {},
     )
     .unwrap();
+    eprintln!("two gateways on loopback: {r:?}");
     assert!(r.verified, "{r:?}");
     assert_eq!(r.bytes, 24 << 20);
     assert_eq!(r.failovers, 0);
