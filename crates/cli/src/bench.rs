@@ -34,6 +34,8 @@ enum BenchCommand {
     Breakdown(OneArgs),
     /// Ours beside ucx_perftest, iperf3 and sockperf, with ratios.
     Compare(crate::compare::Args),
+    /// Through 1..N gateways in network namespaces, beside kernel ECMP (root).
+    Gateways(crate::gwbench::Args),
     /// The target side, for runs between two hosts (`--connect` on the other).
     Serve(ServeArgs),
 }
@@ -349,6 +351,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             save(&a.peer, &rows)
         }
         BenchCommand::Compare(a) => crate::compare::run(a),
+        BenchCommand::Gateways(a) => crate::gwbench::run(a),
     }
 }
 

@@ -4,6 +4,8 @@ pub mod bench;
 pub mod compare;
 pub mod demo;
 pub mod echo;
+pub mod gwbench;
 pub mod node_args;
 pub mod peer;
 pub mod roles;
+pub mod testbed;

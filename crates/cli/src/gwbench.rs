@@ -1,0 +1,261 @@
+//! `macrolink bench gateways`: one compute host to storage through 1..N
+//! gateways on shaped storage-side links, macrolink's striping beside the
+//! kernel's own equal-cost multipath (iperf3 with one and with many flows);
+//! and the stall when a gateway is killed mid-transfer.
+
+use anyhow::{bail, Context};
+use clap::Args as ClapArgs;
+use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_gateway::stripe::StripeConfig;
+use macrolink_gwnet::client::{send, SendConfig, SendReport};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::peer::Peer;
+use crate::testbed::{enter, Testbed, ECMP_ADDR, PORT};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Largest number of gateways.
+    #[arg(long, default_value_t = 4)]
+    max: usize,
+    /// MiB per transfer.
+    #[arg(long, default_value_t = 256)]
+    mib: usize,
+    /// Rate of each storage-side link (tc syntax).
+    #[arg(long, default_value = "1gbit")]
+    rate: String,
+    /// Seconds per iperf3 run.
+    #[arg(long, default_value_t = 3)]
+    seconds: u32,
+    /// Write the rows as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One row: N gateways.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Gateways in the lane.
+    pub gateways: usize,
+    /// macrolink, one striped transfer, MB/s.
+    pub macrolink: f64,
+    /// macrolink / (N x its one-gateway figure).
+    pub ratio_to_n_links: f64,
+    /// Kernel ECMP, iperf3 one flow, MB/s.
+    pub kernel_1_flow: Option<f64>,
+    /// Kernel ECMP, iperf3 eight flows, MB/s.
+    pub kernel_8_flows: Option<f64>,
+}
+
+fn data(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut v = vec![0u8; n];
+    for w in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        w.copy_from_slice(&b[..w.len()]);
+    }
+    v
+}
+
+/// Starts a sink and `n` gateways in `tb`, then sends `payload` from the
+/// compute namespace; `kill_at` kills gateway 0 once that share is acknowledged.
+pub fn striped(
+    exe: &Path,
+    tb: &Testbed,
+    n: usize,
+    payload: &[u8],
+    kill_at: Option<f64>,
+) -> anyhow::Result<SendReport> {
+    let dir = tempfile::tempdir()?;
+    let _sink = tb.spawn(
+        exe,
+        &tb.storage(),
+        "sink",
+        10,
+        &["--tcp", &format!("0.0.0.0:{PORT}")],
+        dir.path(),
+    )?;
+    let mut gws: Vec<Option<Peer>> = Vec::new();
+    for i in 0..n {
+        let sink = format!("10={}", tb.storage_addr(i));
+        let g = tb.spawn(
+            exe,
+            &tb.gateway(i),
+            "gateway",
+            21 + i as u32,
+            &["--tcp", &tb.gateway_addr(i), "--peer", &sink],
+            dir.path(),
+        )?;
+        gws.push(Some(g));
+    }
+    let compute = tb.compute();
+    let shm = dir.path().join(&compute);
+    let addrs: Vec<String> = (0..n).map(|i| tb.gateway_addr(i)).collect();
+    std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<SendReport> {
+            enter(&compute)?;
+            let mut cfg = NodeConfig::local(1, &shm);
+            for (i, a) in addrs.iter().enumerate() {
+                cfg.peers.insert(21 + i as u32, a.parse()?);
+            }
+            let node = Node::start(cfg)?;
+            let mut ep = node.open(
+                1,
+                EndpointConfig {
+                    completion: Completion::Wait,
+                    tokens: 256,
+                    ..EndpointConfig::default()
+                },
+            )?;
+            let cfg = SendConfig {
+                stripe: StripeConfig {
+                    chunk: 1 << 20,
+                    window: 4,
+                    rto: 500_000_000,
+                },
+                ..SendConfig::default()
+            };
+            let targets: Vec<Addr> = (0..n).map(|i| Addr::new(21 + i as u32, 1)).collect();
+            let r = send(
+                &mut ep,
+                &targets,
+                Addr::new(10, 1),
+                1,
+                payload,
+                cfg,
+                &mut |acked, total| {
+                    if kill_at.is_some_and(|f| acked as f64 >= f * total as f64) {
+                        if let Some(mut g) = gws[0].take() {
+                            g.kill();
+                        }
+                    }
+                },
+            )?;
+            if !r.verified {
+                bail!("the storage host's hash check failed");
+            }
+            Ok(r)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+    })
+}
+
+/// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
+fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
+    let mut srv = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &tb.storage(),
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            ECMP_ADDR,
+            "-p",
+            "5201",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &tb.compute(),
+            "iperf3",
+            "-c",
+            ECMP_ADDR,
+            "-p",
+            "5201",
+            "-J",
+        ])
+        .args(["-t", &secs.to_string(), "-P", &flows.to_string()])
+        .output()?;
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .map(|b| b / 8e6)
+        .context("iperf3: no rate")
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the gateway testbed needs root (network namespaces)");
+    }
+    let iperf = Command::new("iperf3").arg("-v").output().is_ok();
+    if !iperf {
+        eprintln!("iperf3 missing (apt-get install iperf3): the kernel ECMP columns show n.a.");
+    }
+    let exe = std::env::current_exe()?;
+    let payload = data(a.mib << 20);
+    let mut rows: Vec<Row> = Vec::new();
+    let mut one = 0.0;
+    for n in 1..=a.max {
+        eprintln!("{n} gateway(s) ...");
+        let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
+        let r = striped(&exe, &tb, n, &payload, None)?;
+        let mbs = r.bytes as f64 / r.secs / 1e6;
+        if n == 1 {
+            one = mbs;
+        }
+        let (k1, k8) = if iperf {
+            tb.kernel_ecmp().map_err(anyhow::Error::msg)?;
+            (
+                kernel(&tb, 1, a.seconds).ok(),
+                kernel(&tb, 8, a.seconds).ok(),
+            )
+        } else {
+            (None, None)
+        };
+        rows.push(Row {
+            gateways: n,
+            macrolink: mbs,
+            ratio_to_n_links: mbs / (n as f64 * one),
+            kernel_1_flow: k1,
+            kernel_8_flows: k8,
+        });
+    }
+    let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
+    println!(
+        "storage-side links: {} each; one striped transfer of {} MiB",
+        a.rate, a.mib
+    );
+    println!(
+        "{:>8} {:>14} {:>12} {:>16} {:>17}",
+        "gateways", "macrolink MB/s", "/ (N x one)", "kernel 1 flow", "kernel 8 flows"
+    );
+    for r in &rows {
+        println!(
+            "{:>8} {:>14.1} {:>12.2} {:>16} {:>17}",
+            r.gateways,
+            r.macrolink,
+            r.ratio_to_n_links,
+            f(r.kernel_1_flow),
+            f(r.kernel_8_flows)
+        );
+    }
+    eprintln!("failover ...");
+    let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
+    let r = striped(&exe, &tb, 2, &payload, Some(1.0 / 3.0))?;
+    println!(
+        "failover: 2 gateways, one killed (SIGKILL) a third of the way: {:.1} MB/s overall, longest stall {:.1} ms, {} chunks sent again, hash verified",
+        r.bytes as f64 / r.secs / 1e6,
+        r.longest_stall * 1e3,
+        r.resent
+    );
+    if let Some(p) = &a.json {
+        macrolink_bench::report::write_json(p, &rows)?;
+    }
+    Ok(())
+}
