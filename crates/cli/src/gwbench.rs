@@ -29,6 +29,9 @@ pub struct Args {
     /// Seconds per iperf3 run.
     #[arg(long, default_value_t = 3)]
     seconds: u32,
+    /// Chunks in flight per gateway.
+    #[arg(long, default_value_t = 4)]
+    window: usize,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -69,6 +72,7 @@ pub fn striped(
     tb: &Testbed,
     n: usize,
     payload: &[u8],
+    window: usize,
     kill_at: Option<f64>,
 ) -> anyhow::Result<SendReport> {
     let dir = tempfile::tempdir()?;
@@ -115,7 +119,7 @@ pub fn striped(
             let cfg = SendConfig {
                 stripe: StripeConfig {
                     chunk: 1 << 20,
-                    window: 4,
+                    window,
                     rto: 500_000_000,
                 },
                 ..SendConfig::default()
@@ -204,7 +208,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, None)?;
+        let r = striped(&exe, &tb, n, &payload, a.window, None)?;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
             one = mbs;
@@ -247,7 +251,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     eprintln!("failover ...");
     let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
-    let r = striped(&exe, &tb, 2, &payload, Some(1.0 / 3.0))?;
+    let r = striped(&exe, &tb, 2, &payload, a.window, Some(1.0 / 3.0))?;
     println!(
         "failover: 2 gateways, one killed (SIGKILL) a third of the way: {:.1} MB/s overall, longest stall {:.1} ms, {} chunks sent again, hash verified",
         r.bytes as f64 / r.secs / 1e6,

@@ -37,7 +37,7 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
     let payload: Vec<u8> = (0..32u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let r = striped(Path::new(EXE), &tb, 2, &payload, Some(1.0 / 3.0)).unwrap();
+    let r = striped(Path::new(EXE), &tb, 2, &payload, 4, Some(1.0 / 3.0)).unwrap();
     eprintln!("namespace testbed, gateway killed: {r:?}");
     assert!(r.verified, "{r:?}");
     assert!(r.failovers >= 1, "{r:?}");
