@@ -1,6 +1,7 @@
 //! The `macrolink` command and the pieces its tests reuse.
 
 pub mod bench;
+pub mod cluster;
 pub mod compare;
 pub mod demo;
 pub mod echo;
@@ -9,3 +10,4 @@ pub mod node_args;
 pub mod peer;
 pub mod roles;
 pub mod testbed;
+pub mod up;

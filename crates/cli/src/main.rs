@@ -1,6 +1,6 @@
 //! `macrolink`: the command line.
 
-use macrolink::{bench, demo, echo, roles};
+use macrolink::{bench, demo, echo, roles, up};
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +14,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start every host of a cluster file here (default: the embedded local
+    /// cluster) and check each compute-to-storage path.
+    Up(up::UpArgs),
+    /// Run one host of a cluster file (by --host or the launcher's rank).
+    Node(up::NodeArgs),
     /// Start a peer process and exchange messages with it in every mode and
     /// over every transport, printing the rates.
     Demo(demo::Args),
@@ -37,6 +42,8 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Up(a) => up::up(a),
+        Command::Node(a) => up::node(a),
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),

@@ -11,13 +11,13 @@ use crate::node_args::NodeArgs;
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     #[command(flatten)]
-    node: NodeArgs,
+    pub node: NodeArgs,
     /// Endpoint id to serve on.
     #[arg(long, default_value_t = 1)]
-    ep: u32,
+    pub ep: u32,
     /// Exit when the parent process exits.
     #[arg(long)]
-    exit_with_parent: bool,
+    pub exit_with_parent: bool,
 }
 
 fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {

@@ -1,0 +1,184 @@
+//! The cluster file: hosts, their roles and addresses, macro-cluster lanes.
+//! The same file drives `macrolink up` (every host a process here) and
+//! `macrolink node` (one host of a real deployment).
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The embedded default cluster (examples/clusters/local.toml).
+pub const DEFAULT: &str = include_str!("../../../examples/clusters/local.toml");
+
+/// What a host does.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Runs applications; reaches storage through gateways.
+    Compute,
+    /// Forwards between the fabric and the storage network.
+    Gateway,
+    /// Holds data.
+    Storage,
+}
+
+/// One host.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Unique name.
+    pub name: String,
+    /// Role.
+    pub role: Role,
+    /// Node id, unique.
+    pub node: u32,
+    /// Level-1 (fabric) address: where it listens for macrolink traffic.
+    pub fabric: Option<SocketAddr>,
+    /// Level-2 (storage network) address.
+    pub storage: Option<SocketAddr>,
+}
+
+impl Host {
+    /// The address it listens on.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        match self.role {
+            Role::Storage => self.storage.or(self.fabric),
+            _ => self.fabric,
+        }
+    }
+}
+
+/// A group of gateways serving a set of storage hosts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lane {
+    /// Gateway host names.
+    pub gateways: Vec<String>,
+    /// Storage host names.
+    pub storage: Vec<String>,
+}
+
+/// A whole cluster file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Hosts.
+    #[serde(rename = "host", default)]
+    pub hosts: Vec<Host>,
+    /// IO lanes.
+    #[serde(rename = "lane", default)]
+    pub lanes: Vec<Lane>,
+}
+
+impl Cluster {
+    /// Reads and checks a cluster file.
+    pub fn load(path: &Path) -> anyhow::Result<Cluster> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Cluster::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses and checks cluster text.
+    pub fn parse(text: &str) -> anyhow::Result<Cluster> {
+        let c: Cluster = toml::from_str(text)?;
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        let mut names = HashSet::new();
+        let mut ids = HashSet::new();
+        for h in &self.hosts {
+            if !names.insert(h.name.as_str()) {
+                bail!("host name {:?} appears twice", h.name);
+            }
+            if !ids.insert(h.node) {
+                bail!("node id {} appears twice", h.node);
+            }
+            if h.listen().is_none() {
+                bail!(
+                    "host {:?} ({:?}) has no address to listen on",
+                    h.name,
+                    h.role
+                );
+            }
+        }
+        for (i, l) in self.lanes.iter().enumerate() {
+            if l.gateways.is_empty() || l.storage.is_empty() {
+                bail!("lane {i} needs at least one gateway and one storage host");
+            }
+            for (names, role) in [(&l.gateways, Role::Gateway), (&l.storage, Role::Storage)] {
+                for n in names {
+                    match self.host(n) {
+                        Some(h) if h.role == role => {}
+                        Some(h) => bail!("lane {i}: {n:?} is a {:?} host, not {role:?}", h.role),
+                        None => bail!("lane {i}: no host named {n:?}"),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The host with that name.
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// This process's host: by `name`, or by the launcher's rank variable
+    /// (Slurm, Open MPI, PMI) as an index into the hosts.
+    pub fn me(&self, name: Option<&str>) -> anyhow::Result<&Host> {
+        if let Some(n) = name {
+            return self
+                .host(n)
+                .with_context(|| format!("no host named {n:?} in the cluster file"));
+        }
+        for var in ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"] {
+            if let Ok(v) = std::env::var(var) {
+                let rank: usize = v.parse().with_context(|| format!("{var}={v}"))?;
+                return self.hosts.get(rank).with_context(|| {
+                    format!("{var}={rank} but the file has {} hosts", self.hosts.len())
+                });
+            }
+        }
+        bail!("name the host with --host, or start under a launcher that sets SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK")
+    }
+
+    /// The lane whose gateways serve storage host `name`.
+    pub fn lane_of(&self, storage: &str) -> Option<&Lane> {
+        self.lanes
+            .iter()
+            .find(|l| l.storage.iter().any(|s| s == storage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_parses() {
+        let c = Cluster::parse(DEFAULT).unwrap();
+        assert_eq!(c.hosts.len(), 4);
+        assert_eq!(c.lane_of("store0").unwrap().gateways, ["gw0", "gw1"]);
+        assert_eq!(c.me(Some("gw1")).unwrap().node, 22);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        let cases = [
+            ("[[host]]\nname='a'\nrole='router'\nnode=1\nfabric='127.0.0.1:1'", "unknown variant"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1", "no address"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[host]]\nname='a'\nrole='gateway'\nnode=2\nfabric='127.0.0.1:2'", "appears twice"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[lane]]\ngateways=['a']\nstorage=['b']", "not Gateway"),
+            ("[[lane]]\ngateways=['x']\nstorage=['y']", "no host named"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='not an address'", "invalid socket address"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\ncolour='red'", "unknown field"),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Cluster::parse(text).unwrap_err());
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! `macrolink up` on the embedded cluster, and `macrolink node` running one
+//! host each from a cluster file, found by name or by the launcher's rank.
+
+use macrolink::peer::Peer;
+use std::process::Command;
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+
+#[test]
+fn up_starts_the_embedded_cluster_and_checks_its_path() {
+    let out = Command::new(EXE)
+        .args(["up", "--mib", "8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("compute0"))
+        .expect("a row for compute0");
+    assert!(
+        row.contains("store0") && row.contains(" yes ") && row.contains(&(8u64 << 20).to_string()),
+        "{row}"
+    );
+}
+
+/// Kills a host process if the test ends before it does.
+struct Reap(Peer);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        self.0.kill();
+    }
+}
+
+#[test]
+fn node_runs_each_host_of_a_file_by_name_or_rank() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("c.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[host]]
+name = "cpu"
+role = "compute"
+node = 1
+fabric = "127.0.0.1:7201"
+
+[[host]]
+name = "gw"
+role = "gateway"
+node = 21
+fabric = "127.0.0.1:7221"
+
+[[host]]
+name = "disk"
+role = "storage"
+node = 10
+storage = "127.0.0.1:7210"
+
+[[lane]]
+gateways = ["gw"]
+storage = ["disk"]
+"#,
+    )
+    .unwrap();
+    let host = |name: &str| {
+        let mut c = Command::new(EXE);
+        c.args(["node"]).arg(&file).args(["--host", name]);
+        Reap(Peer::spawn_cmd(c).unwrap())
+    };
+    let _disk = host("disk");
+    let _gw = host("gw");
+    // The compute host is rank 0 under Slurm.
+    let out = Command::new(EXE)
+        .args(["node"])
+        .arg(&file)
+        .args(["--mib", "4"])
+        .env("SLURM_PROCID", "0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("cpu") && l.contains(" yes ")),
+        "{text}"
+    );
+    // A rank past the hosts, and an unknown name, are clear errors.
+    let bad = Command::new(EXE)
+        .args(["node"])
+        .arg(&file)
+        .env("SLURM_PROCID", "9")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("SLURM_PROCID=9"));
+    let bad = Command::new(EXE)
+        .args(["node"])
+        .arg(&file)
+        .args(["--host", "nope"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no host named"));
+}
