@@ -117,8 +117,8 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> 
 
 fn header() {
     println!(
-        "{:<10} {:<10} {:>9} {:>10} {:>9}  {}",
-        "compute", "storage", "bytes", "MB/s", "verified", "through"
+        "{:<10} {:<10} {:>9} {:>10} {:>9}  through",
+        "compute", "storage", "bytes", "MB/s", "verified"
     );
 }
 
