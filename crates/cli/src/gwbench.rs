@@ -52,7 +52,9 @@ pub struct Row {
     pub kernel_8_flows: Option<f64>,
 }
 
-fn data(n: usize) -> Vec<u8> {
+/// `n` bytes of a fixed pseudo-random pattern (xorshift), for transfers
+/// whose every byte is checked.
+pub fn payload(n: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut v = vec![0u8; n];
     for w in v.chunks_mut(8) {
@@ -202,7 +204,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("iperf3 missing (apt-get install iperf3): the kernel ECMP columns show n.a.");
     }
     let exe = std::env::current_exe()?;
-    let payload = data(a.mib << 20);
+    let payload = payload(a.mib << 20);
     let mut rows: Vec<Row> = Vec::new();
     let mut one = 0.0;
     for n in 1..=a.max {

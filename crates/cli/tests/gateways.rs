@@ -2,25 +2,14 @@
 //! SIGKILL mid-transfer: the transfer completes with every byte in place and
 //! the storage host's hash check passes.
 
+use macrolink::gwbench::payload;
 use macrolink::peer::Peer;
-use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{Addr, Completion, Endpoint, EndpointConfig, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig};
 use std::path::Path;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
-
-fn data(n: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 struct Lane {
     _sink: Peer,
@@ -58,6 +47,18 @@ fn lane(n: u32) -> Lane {
     }
 }
 
+impl Lane {
+    /// The compute host's endpoint.
+    fn endpoint(&self) -> Endpoint {
+        let cfg = EndpointConfig {
+            completion: Completion::Wait,
+            tokens: 256,
+            ..EndpointConfig::default()
+        };
+        self.node.open(1, cfg).unwrap()
+    }
+}
+
 fn cfg() -> SendConfig {
     SendConfig {
         stripe: StripeConfig {
@@ -72,25 +73,15 @@ fn cfg() -> SendConfig {
 #[test]
 fn a_transfer_striped_over_two_gateways_arrives_whole() {
     let lane = lane(2);
-    let mut ep = lane
-        .node
-        .open(
-            1,
-            EndpointConfig {
-                completion: Completion::Wait,
-                tokens: 256,
-                ..EndpointConfig::default()
-            },
-        )
-        .unwrap();
+    let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let payload = data(24 << 20);
+    let bytes = payload(24 << 20);
     let r = send(
         &mut ep,
         &gws,
         Addr::new(10, 1),
         1,
-        &payload,
+        &bytes,
         cfg(),
         &mut |_, _| {},
     )
@@ -105,7 +96,7 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
         &gws,
         Addr::new(10, 1),
         2,
-        &payload[..5_000_001],
+        &bytes[..5_000_001],
         cfg(),
         &mut |_, _| {},
     )
@@ -116,26 +107,16 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
 #[test]
 fn killing_a_gateway_mid_transfer_loses_nothing() {
     let mut lane = lane(2);
-    let mut ep = lane
-        .node
-        .open(
-            1,
-            EndpointConfig {
-                completion: Completion::Wait,
-                tokens: 256,
-                ..EndpointConfig::default()
-            },
-        )
-        .unwrap();
+    let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let payload = data(48 << 20);
+    let bytes = payload(48 << 20);
     let mut victim = Some(lane.gateways.remove(0));
     let r = send(
         &mut ep,
         &gws,
         Addr::new(10, 1),
         7,
-        &payload,
+        &bytes,
         cfg(),
         &mut |acked, total| {
             if acked * 3 >= total {

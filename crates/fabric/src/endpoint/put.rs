@@ -110,13 +110,14 @@ impl Regions {
             .map(|i| (self.list[i].len, self.list[i].path.as_path()))
     }
 
+    /// Peers on this host may write into a region at any time: that is put
+    /// mode's contract, as with RDMA; the application reads a range only
+    /// after the put that wrote it was notified.
     fn slice(&self, i: usize) -> &[u8] {
         let r = &self.list[i];
         match &r.map {
             // SAFETY: the mapping is `len` bytes and lives as long as the
-            // region. Peers on this host may write into it concurrently: that
-            // is put mode's contract, as with RDMA, and the application reads a
-            // range only after the put that wrote it was notified.
+            // region; concurrent peer writes are the contract above.
             Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), r.len) },
             None => &[],
         }
