@@ -88,13 +88,19 @@ pub fn striped(
     )?;
     let mut gws: Vec<Option<Peer>> = Vec::new();
     for i in 0..n {
-        let sink = format!("10={}", tb.storage_addr(i));
+        // One --peer per storage-side link: the gateway uses them all.
+        let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
+        for a in tb.storage_addrs(i) {
+            args.push("--peer".into());
+            args.push(format!("10={a}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let g = tb.spawn(
             exe,
             &tb.gateway(i),
             "gateway",
             21 + i as u32,
-            &["--tcp", &tb.gateway_addr(i), "--peer", &sink],
+            &args,
             dir.path(),
         )?;
         gws.push(Some(g));
@@ -249,6 +255,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             r.ratio_to_n_links,
             f(r.kernel_1_flow),
             f(r.kernel_8_flows)
+        );
+    }
+    eprintln!("bonding ...");
+    println!(
+        "bonding: one gateway with 1 and with 2 storage-side links of {} each",
+        a.rate
+    );
+    let mut single = 0.0;
+    for links in 1..=2 {
+        let tb = Testbed::with_links(1, links, &a.rate).map_err(anyhow::Error::msg)?;
+        let r = striped(&exe, &tb, 1, &payload, a.window, None)?;
+        let mbs = r.bytes as f64 / r.secs / 1e6;
+        if links == 1 {
+            single = mbs;
+        }
+        println!(
+            "  {links} link(s): {mbs:>7.1} MB/s  ({:.0}% of one link)",
+            100.0 * mbs / single
         );
     }
     eprintln!("failover ...");

@@ -45,8 +45,9 @@ fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
 
 /// Relays between compute and storage hosts.
 pub fn gateway(args: Args) -> anyhow::Result<()> {
+    let rails = macrolink_gwnet::relay::Rails::new(&args.node.peers);
     let (_node, ep) = start(&args)?;
-    macrolink_gwnet::relay::run(ep)?;
+    macrolink_gwnet::relay::run(ep, rails)?;
     Ok(())
 }
 

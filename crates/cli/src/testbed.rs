@@ -28,6 +28,7 @@ pub const ECMP_ADDR: &str = "10.73.0.1";
 pub struct Testbed {
     tag: String,
     gateways: usize,
+    links: usize,
     namespaces: Vec<String>,
 }
 
@@ -56,10 +57,20 @@ impl Testbed {
     /// Builds the namespaces for `gateways` gateways with storage-side links
     /// shaped to `rate` (a tc rate such as "1gbit").
     pub fn new(gateways: usize, rate: &str) -> Result<Testbed, String> {
-        let tag = format!("ml{}", std::process::id() % 100_000);
+        Testbed::with_links(gateways, 1, rate)
+    }
+
+    /// As [`new`](Self::new), with `links` storage-side links per gateway.
+    pub fn with_links(gateways: usize, links: usize, rate: &str) -> Result<Testbed, String> {
+        // Unique per testbed: process id and a counter (interface names
+        // stay within 15 characters).
+        static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
+        let tag = format!("ml{}x{n}", std::process::id() % 100_000);
         let mut tb = Testbed {
             tag: tag.clone(),
             gateways,
+            links,
             namespaces: Vec::new(),
         };
         let c = tb.compute();
@@ -96,28 +107,25 @@ impl Testbed {
             )?;
             in_ns(&c, &["ip", "link", "set", &cf, "up"])?;
             in_ns(&g, &["ip", "link", "set", &gf, "up"])?;
-            let (gs, sg) = (format!("{tag}g{i}s"), format!("{tag}s{i}"));
-            ip(&["link", "add", &gs, "type", "veth", "peer", "name", &sg])?;
-            ip(&["link", "set", &gs, "netns", &g])?;
-            ip(&["link", "set", &sg, "netns", &s])?;
-            in_ns(
-                &g,
-                &["ip", "addr", "add", &format!("10.72.{i}.1/24"), "dev", &gs],
-            )?;
-            in_ns(
-                &s,
-                &["ip", "addr", "add", &format!("10.72.{i}.2/24"), "dev", &sg],
-            )?;
-            in_ns(&g, &["ip", "link", "set", &gs, "up"])?;
-            in_ns(&s, &["ip", "link", "set", &sg, "up"])?;
-            for (ns, dev) in [(&g, &gs), (&s, &sg)] {
-                in_ns(
-                    ns,
-                    &[
-                        "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst",
-                        "256kb", "latency", "20ms",
-                    ],
-                )?;
+            for j in 0..links {
+                // Storage-side link j of gateway i: 10.(72+2j).i.0/24.
+                let net = 72 + 2 * j;
+                let (gs, sg) = (format!("{tag}g{i}s{j}"), format!("{tag}s{i}{j}"));
+                ip(&["link", "add", &gs, "type", "veth", "peer", "name", &sg])?;
+                ip(&["link", "set", &gs, "netns", &g])?;
+                ip(&["link", "set", &sg, "netns", &s])?;
+                let (ga, sa) = (format!("10.{net}.{i}.1/24"), format!("10.{net}.{i}.2/24"));
+                in_ns(&g, &["ip", "addr", "add", &ga, "dev", &gs])?;
+                in_ns(&s, &["ip", "addr", "add", &sa, "dev", &sg])?;
+                in_ns(&g, &["ip", "link", "set", &gs, "up"])?;
+                in_ns(&s, &["ip", "link", "set", &sg, "up"])?;
+                for (ns, dev) in [(&g, &gs), (&s, &sg)] {
+                    let tbf = [
+                        "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                    ];
+                    let tail = ["burst", "256kb", "latency", "20ms"];
+                    in_ns(ns, &[&tbf[..], &tail[..]].concat())?;
+                }
             }
         }
         Ok(tb)
@@ -143,9 +151,16 @@ impl Testbed {
         format!("10.71.{i}.2:{PORT}")
     }
 
-    /// The storage host's address on gateway `i`'s storage-side link.
+    /// The storage host's address on gateway `i`'s first storage-side link.
     pub fn storage_addr(&self, i: usize) -> String {
         format!("10.72.{i}.2:{PORT}")
+    }
+
+    /// The storage host's addresses on every storage-side link of gateway `i`.
+    pub fn storage_addrs(&self, i: usize) -> Vec<String> {
+        (0..self.links)
+            .map(|j| format!("10.{}.{i}.2:{PORT}", 72 + 2 * j))
+            .collect()
     }
 
     /// Starts `macrolink ROLE` (the binary `exe`) inside namespace `ns`.

@@ -43,3 +43,54 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
     assert!(r.failovers >= 1, "{r:?}");
     assert_eq!(r.bytes, 32 << 20);
 }
+
+/// Bytes a qdisc has sent, from `tc -s qdisc show`.
+fn sent_bytes(ns: &str, dev: &str) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "Sent")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no Sent in {text}"))
+}
+
+#[test]
+fn a_gateway_with_two_storage_links_uses_both() {
+    let required = std::env::var("MACROLINK_REQUIRE_NETNS").is_ok_and(|v| v == "1");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let tb = match (root, Testbed::with_links(1, 2, "1gbit")) {
+        (true, Ok(tb)) => tb,
+        (r, res) => {
+            let why = if r {
+                res.err().unwrap_or_default()
+            } else {
+                "not root".into()
+            };
+            assert!(
+                !required,
+                "namespace testbed required but unavailable: {why}"
+            );
+            eprintln!("namespace test not run here: {why}");
+            return;
+        }
+    };
+    let payload = macrolink::gwbench::payload(24 << 20);
+    let r = striped(Path::new(EXE), &tb, 1, &payload, 4, None).unwrap();
+    assert!(r.verified, "{r:?}");
+    let g = tb.gateway(0);
+    let dev = |j: usize| format!("{}s{j}", g);
+    let (a, b) = (sent_bytes(&g, &dev(0)), sent_bytes(&g, &dev(1)));
+    eprintln!("two links carried {a} and {b} bytes");
+    for x in [a, b] {
+        assert!(
+            x > (24 << 20) / 3,
+            "a link carried only {x} of {} bytes",
+            24 << 20
+        );
+    }
+}

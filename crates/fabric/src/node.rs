@@ -193,14 +193,7 @@ impl NodeShared {
         match transport {
             Transport::Tcp => {
                 let addr = self.tcp_peer(to.node).ok_or(unreachable)?;
-                let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
-                s.set_nodelay(true)?;
-                s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-                s.write_all(&hello.encode())?;
-                expect_ok(&mut s, to)?;
-                s.set_read_timeout(None)?;
-                s.set_nonblocking(true)?;
-                Ok(Stream::Tcp(s))
+                self.connect_tcp(from, to, addr)
             }
             Transport::Shm => {
                 let path = self.sock_path(to.node).ok_or(unreachable)?;
@@ -251,6 +244,22 @@ impl NodeShared {
                 mode: crate::types::Mode::Reliable,
             }),
         }
+    }
+
+    /// Opens a TCP connection from endpoint `from` to `to` at `addr`.
+    pub(crate) fn connect_tcp(&self, from: Addr, to: Addr, addr: SocketAddr) -> Result<Stream> {
+        let mut hello = Header::new(FrameKind::Hello);
+        hello.src_node = from.node;
+        hello.src_ep = from.ep;
+        hello.dst_ep = to.ep;
+        let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        s.write_all(&hello.encode())?;
+        expect_ok(&mut s, to)?;
+        s.set_read_timeout(None)?;
+        s.set_nonblocking(true)?;
+        Ok(Stream::Tcp(s))
     }
 
     /// Asks the node of `to` for the UDP address of endpoint `to.ep`.

@@ -303,3 +303,43 @@ fn shm_puts_are_one_sided_once_the_region_is_mapped() {
     ));
     assert_eq!(&target.region(key).unwrap()[..5], b"first");
 }
+
+#[test]
+fn rails_to_one_peer_are_separate_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let mut cfg = NodeConfig::local(2, dir.path());
+    cfg.tcp = Some("0.0.0.0:0".parse().unwrap());
+    let b = Node::start(cfg).unwrap();
+    let port = b.tcp_addr().unwrap().port();
+    let mut rx = b.open(5, wait_cfg()).unwrap();
+    let mut tx = a.open(7, wait_cfg()).unwrap();
+    let to = Addr::new(2, 5);
+    let r1 = tx
+        .target_at(to, Mode::Reliable, ([127, 0, 0, 1], port).into())
+        .unwrap();
+    let r2 = tx
+        .target_at(to, Mode::Reliable, ([127, 0, 0, 2], port).into())
+        .unwrap();
+    assert_ne!(r1, r2);
+    assert_eq!(
+        tx.target_at(to, Mode::Reliable, ([127, 0, 0, 1], port).into())
+            .unwrap(),
+        r1
+    );
+    assert!(matches!(
+        tx.target_at(to, Mode::Datagram, ([127, 0, 0, 1], port).into()),
+        Err(Error::Unsupported { .. })
+    ));
+    tx.write(r1, b"one").unwrap();
+    tx.write(r2, b"two").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8];
+    for _ in 0..2 {
+        let r = rx.read(&mut buf).unwrap();
+        assert_eq!(r.from, Addr::new(1, 7));
+        got.push(buf[..r.len].to_vec());
+    }
+    got.sort();
+    assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+}

@@ -1,13 +1,86 @@
 //! The gateway: relays chunks toward storage and acks back toward compute
 //! hosts, and answers heartbeats. No application code runs here.
+//!
+//! A storage host reached over several links (rails) gets a connection per
+//! link; messages go round-robin over the rails that work, and a rail that
+//! fails is left alone for a while (link aggregation with failover).
 
-use macrolink_fabric::{Endpoint, Error, Mode, Result, Transport};
+use macrolink_fabric::{Addr, Endpoint, Error, Mode, Result, Transport};
 use macrolink_gateway::msg::Msg;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use crate::from_pair;
 
+/// How long a failed rail rests before it is tried again.
+const RAIL_REST: Duration = Duration::from_secs(1);
+
+/// The storage-side links of a gateway, per storage node.
+#[derive(Debug, Default)]
+pub struct Rails {
+    links: HashMap<u32, Vec<SocketAddr>>,
+    next: HashMap<u32, usize>,
+    resting: HashMap<SocketAddr, Instant>,
+}
+
+impl Rails {
+    /// Rails from (node, address) pairs; a node named once has one rail.
+    pub fn new(pairs: &[(u32, SocketAddr)]) -> Rails {
+        let mut links: HashMap<u32, Vec<SocketAddr>> = HashMap::new();
+        for (n, a) in pairs {
+            links.entry(*n).or_default().push(*a);
+        }
+        Rails {
+            links,
+            ..Rails::default()
+        }
+    }
+
+    /// Writes `msg` to `to` over the next working rail, or over the
+    /// endpoint's usual connection when `to` has no rails.
+    fn send(&mut self, ep: &mut Endpoint, to: Addr, msg: &[u8]) -> Result<()> {
+        let Some(links) = self.links.get(&to.node).filter(|l| l.len() > 1) else {
+            let t = ep.target_via(to, Mode::Reliable, Transport::Tcp)?;
+            return ep.write(t, msg);
+        };
+        let n = links.len();
+        let start = *self.next.get(&to.node).unwrap_or(&0);
+        let mut last = Err(Error::Unreachable {
+            node: to.node,
+            transport: Transport::Tcp,
+        });
+        for k in 0..n {
+            let addr = links[(start + k) % n];
+            if self
+                .resting
+                .get(&addr)
+                .is_some_and(|t| t.elapsed() < RAIL_REST)
+            {
+                continue;
+            }
+            match ep
+                .target_at(to, Mode::Reliable, addr)
+                .and_then(|t| ep.write(t, msg))
+            {
+                Ok(()) => {
+                    self.next.insert(to.node, (start + k + 1) % n);
+                    self.resting.remove(&addr);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::info!("relay: rail {addr} to {to} failed: {e}");
+                    self.resting.insert(addr, Instant::now());
+                    last = Err(e);
+                }
+            }
+        }
+        last
+    }
+}
+
 /// Relays until the endpoint fails.
-pub fn run(mut ep: Endpoint) -> Result<()> {
+pub fn run(mut ep: Endpoint, mut rails: Rails) -> Result<()> {
     let mut buf = vec![0u8; 8 << 20];
     let mut out = Vec::with_capacity(64);
     loop {
@@ -41,10 +114,7 @@ pub fn run(mut ep: Endpoint) -> Result<()> {
                 continue;
             }
         };
-        let sent = ep
-            .target_via(next, Mode::Reliable, Transport::Tcp)
-            .and_then(|t| ep.write(t, &buf[..r.len]));
-        if let Err(e) = sent {
+        if let Err(e) = rails.send(&mut ep, next, &buf[..r.len]) {
             tracing::info!("relay: cannot forward to {next}: {e}");
         }
     }

@@ -73,6 +73,7 @@ pub struct Endpoint {
     slots: Vec<Slot>,
     targets: Vec<TargetEntry>,
     target_index: HashMap<(Addr, Mode, Transport), Target>,
+    rail_index: HashMap<(Addr, Mode, std::net::SocketAddr), Target>,
     core: Core,
     udp: Option<Udp>,
     incoming: Vec<Incoming>,
@@ -97,6 +98,7 @@ impl Endpoint {
             slots: Vec::new(),
             targets: Vec::new(),
             target_index: HashMap::new(),
+            rail_index: HashMap::new(),
             core: Core {
                 id,
                 completion: cfg.completion,
@@ -226,6 +228,54 @@ impl Endpoint {
             route,
         });
         self.target_index.insert((to, mode, transport), t);
+        Ok(t)
+    }
+
+    /// Makes a TCP target for `to` through the remote address `addr`: one
+    /// rail of several links to the same peer (link aggregation). Each
+    /// address gets a connection of its own.
+    pub fn target_at(
+        &mut self,
+        to: Addr,
+        mode: Mode,
+        addr: std::net::SocketAddr,
+    ) -> Result<Target> {
+        if mode == Mode::Datagram {
+            return Err(Error::Unsupported {
+                transport: Transport::Tcp,
+                mode,
+            });
+        }
+        if let Some(t) = self.rail_index.get(&(to, mode, addr)) {
+            if self.route_alive(self.targets[t.0 as usize].route) {
+                return Ok(*t);
+            }
+        }
+        let found = self.slots.iter().enumerate().find_map(|(i, s)| {
+            s.conn
+                .as_ref()
+                .filter(|c| c.peer == to && c.rail == Some(addr))
+                .map(|_| Route::Conn {
+                    slot: i as u32,
+                    gen: s.gen,
+                })
+        });
+        let route = match found {
+            Some(r) => r,
+            None => {
+                let stream = self.node.connect_tcp(self.addr(), to, addr)?;
+                let mut conn = Conn::new(to, stream);
+                conn.rail = Some(addr);
+                self.insert_conn(conn)
+            }
+        };
+        let t = Target(self.targets.len() as u32);
+        self.targets.push(TargetEntry {
+            peer: to,
+            mode,
+            route,
+        });
+        self.rail_index.insert((to, mode, addr), t);
         Ok(t)
     }
 

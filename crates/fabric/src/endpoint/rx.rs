@@ -113,6 +113,8 @@ enum Asm {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) peer: Addr,
+    /// The remote address this side dialled, for a rail made by `target_at`.
+    pub(crate) rail: Option<std::net::SocketAddr>,
     pub(crate) stream: Stream,
     rx: FrameReader,
     asm: Asm,
@@ -151,6 +153,7 @@ impl Conn {
     pub(crate) fn new(peer: Addr, stream: Stream) -> Conn {
         Conn {
             peer,
+            rail: None,
             stream,
             rx: FrameReader::new(),
             asm: Asm::Idle,
