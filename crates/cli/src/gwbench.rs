@@ -46,6 +46,8 @@ pub struct Row {
     pub macrolink: f64,
     /// macrolink / (N x its one-gateway figure).
     pub ratio_to_n_links: f64,
+    /// macrolink, eight striped transfers at once, MB/s.
+    pub macrolink_8_flows: f64,
     /// Kernel ECMP, iperf3 one flow, MB/s.
     pub kernel_1_flow: Option<f64>,
     /// Kernel ECMP, iperf3 eight flows, MB/s.
@@ -76,6 +78,7 @@ pub fn striped(
     payload: &[u8],
     window: usize,
     kill_at: Option<f64>,
+    flows: usize,
 ) -> anyhow::Result<SendReport> {
     let dir = tempfile::tempdir()?;
     let _sink = tb.spawn(
@@ -108,6 +111,7 @@ pub fn striped(
     let compute = tb.compute();
     let shm = dir.path().join(&compute);
     let addrs: Vec<String> = (0..n).map(|i| tb.gateway_addr(i)).collect();
+    let gws = std::sync::Mutex::new(gws);
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<SendReport> {
             enter(&compute)?;
@@ -116,14 +120,6 @@ pub fn striped(
                 cfg.peers.insert(21 + i as u32, a.parse()?);
             }
             let node = Node::start(cfg)?;
-            let mut ep = node.open(
-                1,
-                EndpointConfig {
-                    completion: Completion::Wait,
-                    tokens: 256,
-                    ..EndpointConfig::default()
-                },
-            )?;
             let cfg = SendConfig {
                 stripe: StripeConfig {
                     chunk: 1 << 20,
@@ -133,25 +129,66 @@ pub fn striped(
                 ..SendConfig::default()
             };
             let targets: Vec<Addr> = (0..n).map(|i| Addr::new(21 + i as u32, 1)).collect();
-            let r = send(
-                &mut ep,
-                &targets,
-                Addr::new(10, 1),
-                1,
-                payload,
-                cfg,
-                &mut |acked, total| {
-                    if kill_at.is_some_and(|f| acked as f64 >= f * total as f64) {
-                        if let Some(mut g) = gws[0].take() {
-                            g.kill();
-                        }
-                    }
-                },
-            )?;
-            if !r.verified {
-                bail!("the storage host's hash check failed");
+            // `flows` transfers at once, each from its own endpoint and
+            // thread (started here, so in the compute namespace too).
+            let share = payload.len() / flows.max(1);
+            let reports: Vec<anyhow::Result<SendReport>> = std::thread::scope(|fs| {
+                let handles: Vec<_> = (0..flows.max(1))
+                    .map(|f| {
+                        let (node, targets, gws) = (&node, &targets, &gws);
+                        fs.spawn(move || -> anyhow::Result<SendReport> {
+                            let ep_cfg = EndpointConfig {
+                                completion: Completion::Wait,
+                                tokens: 256,
+                                ..EndpointConfig::default()
+                            };
+                            let mut ep = node.open(1 + f as u32, ep_cfg)?;
+                            let part = &payload[f * share..(f + 1) * share];
+                            let r = send(
+                                &mut ep,
+                                targets,
+                                Addr::new(10, 1),
+                                f as u64 + 1,
+                                part,
+                                cfg,
+                                &mut |acked, total| {
+                                    if kill_at.is_some_and(|k| acked as f64 >= k * total as f64) {
+                                        let mut g = gws.lock().unwrap_or_else(|p| p.into_inner());
+                                        if let Some(mut victim) = g[0].take() {
+                                            victim.kill();
+                                        }
+                                    }
+                                },
+                            )?;
+                            if !r.verified {
+                                bail!("the storage host's hash check failed");
+                            }
+                            Ok(r)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .map_err(|_| anyhow::anyhow!("flow thread panicked"))?
+                    })
+                    .collect()
+            });
+            let mut all = SendReport {
+                verified: true,
+                ..SendReport::default()
+            };
+            for r in reports {
+                let r = r?;
+                all.bytes += r.bytes;
+                all.secs = all.secs.max(r.secs);
+                all.longest_stall = all.longest_stall.max(r.longest_stall);
+                all.resent += r.resent;
+                all.failovers += r.failovers;
+                all.verified &= r.verified;
             }
-            Ok(r)
+            Ok(all)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("client thread panicked"))?
@@ -216,7 +253,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, a.window, None)?;
+        let r = striped(&exe, &tb, n, &payload, a.window, None, 1)?;
+        let many = striped(&exe, &tb, n, &payload, a.window, None, 8)?;
+        let many = many.bytes as f64 / many.secs / 1e6;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
             one = mbs;
@@ -234,6 +273,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             gateways: n,
             macrolink: mbs,
             ratio_to_n_links: mbs / (n as f64 * one),
+            macrolink_8_flows: many,
             kernel_1_flow: k1,
             kernel_8_flows: k8,
         });
@@ -244,15 +284,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>16} {:>17}",
-        "gateways", "macrolink MB/s", "/ (N x one)", "kernel 1 flow", "kernel 8 flows"
+        "{:>8} {:>14} {:>12} {:>17} {:>14} {:>15}",
+        "gateways",
+        "macrolink MB/s",
+        "/ (N x one)",
+        "macrolink 8 flows",
+        "kernel 1 flow",
+        "kernel 8 flows"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>16} {:>17}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>14} {:>15}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
+            r.macrolink_8_flows,
             f(r.kernel_1_flow),
             f(r.kernel_8_flows)
         );
@@ -265,7 +311,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut single = 0.0;
     for links in 1..=2 {
         let tb = Testbed::with_links(1, links, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, 1, &payload, a.window, None)?;
+        let r = striped(&exe, &tb, 1, &payload, a.window, None, 1)?;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if links == 1 {
             single = mbs;
@@ -277,7 +323,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     eprintln!("failover ...");
     let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
-    let r = striped(&exe, &tb, 2, &payload, a.window, Some(1.0 / 3.0))?;
+    let r = striped(&exe, &tb, 2, &payload, a.window, Some(1.0 / 3.0), 1)?;
     println!(
         "failover: 2 gateways, one killed (SIGKILL) a third of the way: {:.1} MB/s overall, longest stall {:.1} ms, {} chunks sent again, hash verified",
         r.bytes as f64 / r.secs / 1e6,

@@ -37,7 +37,7 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
     let payload: Vec<u8> = (0..32u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let r = striped(Path::new(EXE), &tb, 2, &payload, 4, Some(1.0 / 3.0)).unwrap();
+    let r = striped(Path::new(EXE), &tb, 2, &payload, 4, Some(1.0 / 3.0), 1).unwrap();
     eprintln!("namespace testbed, gateway killed: {r:?}");
     assert!(r.verified, "{r:?}");
     assert!(r.failovers >= 1, "{r:?}");
@@ -80,7 +80,7 @@ fn a_gateway_with_two_storage_links_uses_both() {
         }
     };
     let payload = macrolink::gwbench::payload(24 << 20);
-    let r = striped(Path::new(EXE), &tb, 1, &payload, 4, None).unwrap();
+    let r = striped(Path::new(EXE), &tb, 1, &payload, 4, None, 1).unwrap();
     assert!(r.verified, "{r:?}");
     let g = tb.gateway(0);
     let dev = |j: usize| format!("{}s{j}", g);
