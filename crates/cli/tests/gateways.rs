@@ -133,3 +133,69 @@ fn killing_a_gateway_mid_transfer_loses_nothing() {
     assert!(r.failovers >= 1, "{r:?}");
     assert!(r.longest_stall < 5.0, "{r:?}");
 }
+
+#[test]
+fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
+    let mut lane = lane(2);
+    let mut ep = lane.endpoint();
+    let gws = [Addr::new(21, 1), Addr::new(22, 1)];
+    let bytes = payload(8 << 20);
+    let pinned = SendConfig {
+        pinned: true,
+        ..cfg()
+    };
+    // Each flow stays on one gateway; different flows land on both.
+    let mut used = [0u64; 2];
+    for transfer in 1..=12 {
+        let r = send(
+            &mut ep,
+            &gws,
+            Addr::new(10, 1),
+            transfer,
+            &bytes,
+            pinned,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(r.verified);
+        let on: Vec<usize> = (0..2).filter(|&g| r.per_gateway[g] > 0).collect();
+        assert_eq!(on.len(), 1, "flow {transfer} used {:?}", r.per_gateway);
+        used[on[0]] += 1;
+    }
+    assert!(
+        used[0] > 0 && used[1] > 0,
+        "12 flows all hashed to one gateway: {used:?}"
+    );
+    // Kill the gateway a flow is on: the flow moves to the other and completes.
+    let first = send(
+        &mut ep,
+        &gws,
+        Addr::new(10, 1),
+        99,
+        &bytes[..1 << 20],
+        pinned,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let on = (0..2).find(|&g| first.per_gateway[g] > 0).unwrap();
+    let mut victim = Some(lane.gateways.remove(on));
+    let big = payload(32 << 20);
+    let r = send(
+        &mut ep,
+        &gws,
+        Addr::new(10, 1),
+        99,
+        &big,
+        pinned,
+        &mut |acked, total| {
+            if acked * 4 >= total {
+                if let Some(mut g) = victim.take() {
+                    g.kill();
+                }
+            }
+        },
+    )
+    .unwrap();
+    assert!(r.verified, "{r:?}");
+    assert!(r.per_gateway[on] > 0 && r.per_gateway[1 - on] > 0, "{r:?}");
+}

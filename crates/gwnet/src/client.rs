@@ -4,18 +4,23 @@
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
 use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
 use macrolink_gateway::msg::{Msg, CHUNK_HEADER};
+use macrolink_gateway::paths::Paths;
 use macrolink_gateway::stripe::{StripeConfig, Striper};
 use std::time::Duration;
 
 use crate::to_pair;
 
-/// Settings of a striped send.
+/// Settings of a send.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SendConfig {
     /// Chunking and retransmission.
     pub stripe: StripeConfig,
     /// Heartbeats.
     pub health: HealthConfig,
+    /// Equal-cost multipath instead of striping: the transfer is one flow,
+    /// kept on the gateway its identity hashes to while that gateway lives,
+    /// and moved to the next choice among the live ones when it dies.
+    pub pinned: bool,
 }
 
 /// What a send measured.
@@ -33,6 +38,8 @@ pub struct SendReport {
     pub failovers: u64,
     /// Whether the storage host found the hash right.
     pub verified: bool,
+    /// Chunks sent through each gateway.
+    pub per_gateway: Vec<u64>,
 }
 
 struct Lanes {
@@ -40,6 +47,8 @@ struct Lanes {
     targets: Vec<Option<Target>>,
     down: Vec<bool>,
     failovers: u64,
+    /// Pinned mode: the flow's identity and the gateway it is on.
+    pin: Option<(Vec<u8>, usize)>,
 }
 
 impl Lanes {
@@ -54,7 +63,25 @@ impl Lanes {
             self.failovers += 1;
             striper.on_path_down(gw);
             tracing::info!("gateway {} out of use", self.gws[gw]);
+            if let Some((flow, on)) = self.pin.as_mut() {
+                if *on == gw {
+                    // The flow moves to its next choice among the live ones.
+                    let mut live = Paths::new(self.gws.len());
+                    for (i, d) in self.down.iter().enumerate() {
+                        live.set_alive(i, !d);
+                    }
+                    if let Some(next) = live.pick(flow) {
+                        *on = next;
+                        striper.on_path_up(next);
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether the striper may use `gw` once it is up.
+    fn usable(&self, gw: usize) -> bool {
+        self.pin.as_ref().is_none_or(|(_, on)| *on == gw)
     }
 
     fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
@@ -83,17 +110,37 @@ pub fn send(
     let start = clock_ns();
     let mut striper = Striper::new(total, n, cfg.stripe);
     let mut health = Health::new(n, cfg.health, start);
+    let flow = [
+        to_pair(ep.addr()).0.to_le_bytes(),
+        to_pair(ep.addr()).1.to_le_bytes(),
+    ]
+    .concat();
     let mut lanes = Lanes {
         gws: gateways.to_vec(),
         targets: vec![None; n],
         down: vec![false; n],
         failovers: 0,
+        pin: None,
     };
     for gw in 0..n {
         if lanes.target(ep, gw).is_none() {
             lanes.mark_down(gw, &mut striper);
         }
     }
+    if cfg.pinned {
+        let mut live = Paths::new(n);
+        for (i, d) in lanes.down.iter().enumerate() {
+            live.set_alive(i, !d);
+        }
+        let on = live
+            .pick(&[flow.as_slice(), &transfer.to_le_bytes()].concat())
+            .unwrap_or(0);
+        for gw in (0..n).filter(|g| *g != on) {
+            striper.on_path_down(gw);
+        }
+        lanes.pin = Some(([flow.as_slice(), &transfer.to_le_bytes()].concat(), on));
+    }
+    let mut per_gateway = vec![0u64; n];
     let me = to_pair(ep.addr());
     let to = to_pair(storage);
     let mut buf = vec![0u8; 1 << 16];
@@ -119,13 +166,16 @@ pub fn send(
                 HealthEvent::Up(gw) => {
                     if lanes.down[gw] && lanes.target(ep, gw).is_some() {
                         lanes.down[gw] = false;
-                        striper.on_path_up(gw);
+                        if lanes.usable(gw) {
+                            striper.on_path_up(gw);
+                        }
                         tracing::info!("gateway {} back in use", lanes.gws[gw]);
                     }
                 }
             }
         }
         while let Some(tx) = striper.poll_transmit(now) {
+            per_gateway[tx.gw] += 1;
             let c = tx.chunk;
             out.clear();
             let slice = &data[c.offset as usize..(c.offset + c.len) as usize];
@@ -216,5 +266,6 @@ pub fn send(
         resent: striper.resent,
         failovers: lanes.failovers,
         verified,
+        per_gateway,
     })
 }
