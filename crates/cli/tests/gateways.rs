@@ -12,10 +12,10 @@ use std::path::Path;
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 
 struct Lane {
-    _sink: Peer,
+    sink: Peer,
     gateways: Vec<Peer>,
     node: Node,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn lane(n: u32) -> Lane {
@@ -40,10 +40,10 @@ fn lane(n: u32) -> Lane {
     }
     let node = Node::start(cfg).unwrap();
     Lane {
-        _sink: sink,
+        sink: sink,
         gateways,
         node,
-        _dir: dir,
+        dir: dir,
     }
 }
 
@@ -198,4 +198,56 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
     .unwrap();
     assert!(r.verified, "{r:?}");
     assert!(r.per_gateway[on] > 0 && r.per_gateway[1 - on] > 0, "{r:?}");
+}
+
+#[test]
+fn a_gateway_that_comes_back_is_taken_into_use_again() {
+    let mut lane = lane(2);
+    let mut ep = lane.endpoint();
+    let gws = [Addr::new(21, 1), Addr::new(22, 1)];
+    let bytes = payload(128 << 20);
+    let mut first = Some(lane.gateways.remove(0));
+    let addr = first.as_ref().unwrap().tcp.to_string();
+    let sink = format!("10={}", lane.sink.tcp);
+    let dir = lane.dir.path().to_path_buf();
+    let mut back = None;
+    let mut sent_before = 0;
+    let r = send(
+        &mut ep,
+        &gws,
+        Addr::new(10, 1),
+        5,
+        &bytes,
+        cfg(),
+        &mut |acked, total| {
+            if acked * 10 >= total {
+                if let Some(mut g) = first.take() {
+                    g.kill();
+                    sent_before = acked;
+                    // The same gateway, restarted at once on the same address.
+                    back = Some(
+                        Peer::spawn_role(
+                            Path::new(EXE),
+                            "gateway",
+                            21,
+                            &dir,
+                            &["--tcp", &addr, "--peer", &sink],
+                        )
+                        .unwrap(),
+                    );
+                }
+            }
+        },
+    )
+    .unwrap();
+    eprintln!("gateway restarted: {r:?}");
+    assert!(back.is_some() && sent_before > 0);
+    assert!(r.verified, "{r:?}");
+    assert!(r.failovers >= 1, "{r:?}");
+    // Chunks went through gateway 0 again after it came back: far more than
+    // the share it carried before it was killed.
+    assert!(
+        r.per_gateway[0] > r.per_gateway[1] / 4 + sent_before,
+        "{r:?}"
+    );
 }

@@ -107,6 +107,15 @@ impl Health {
         }
     }
 
+    /// The driver saw `gw` fail (its connection broke): it is down until it
+    /// answers a heartbeat again, which then raises `Up`.
+    pub fn mark_down(&mut self, gw: Gw) {
+        if let Some(s) = self.gws.get_mut(gw) {
+            s.up = false;
+            s.answered = s.sent;
+        }
+    }
+
     /// Whether `gw` is up.
     pub fn is_up(&self, gw: Gw) -> bool {
         self.gws.get(gw).is_some_and(|s| s.up)
@@ -176,6 +185,25 @@ mod tests {
     #[test]
     fn healthy_gateways_raise_nothing() {
         assert!(run(9, 0, 0, 5000 * MS).is_empty());
+    }
+
+    #[test]
+    fn a_gateway_marked_down_comes_up_on_its_next_answer() {
+        let mut h = Health::new(2, HealthConfig::default(), 0);
+        let mut out = Vec::new();
+        h.poll(0, &mut out);
+        h.mark_down(1);
+        assert!(!h.is_up(1));
+        out.clear();
+        h.on_reply(1, 1, &mut out);
+        assert!(
+            out.is_empty(),
+            "an answer sent before the failure does not count"
+        );
+        h.poll(100_000_000, &mut out);
+        out.clear();
+        h.on_reply(1, 2, &mut out);
+        assert_eq!(out, [HealthEvent::Up(1)]);
     }
 
     #[test]

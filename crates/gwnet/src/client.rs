@@ -49,7 +49,12 @@ struct Lanes {
     failovers: u64,
     /// Pinned mode: the flow's identity and the gateway it is on.
     pin: Option<(Vec<u8>, usize)>,
+    /// Earliest time to dial a gateway again after a failed attempt.
+    retry_at: Vec<u64>,
 }
+
+/// Time between attempts to reconnect to a down gateway.
+const REDIAL: u64 = 1_000_000_000;
 
 impl Lanes {
     fn index(&self, a: Addr) -> Option<usize> {
@@ -85,10 +90,14 @@ impl Lanes {
     }
 
     fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
-        if self.targets[gw].is_none() {
+        let now = clock_ns();
+        if self.targets[gw].is_none() && now >= self.retry_at[gw] {
             self.targets[gw] = ep
                 .target_via(self.gws[gw], Mode::Reliable, Transport::Tcp)
                 .ok();
+            if self.targets[gw].is_none() {
+                self.retry_at[gw] = now + REDIAL;
+            }
         }
         self.targets[gw]
     }
@@ -121,6 +130,7 @@ pub fn send(
         down: vec![false; n],
         failovers: 0,
         pin: None,
+        retry_at: vec![0; n],
     };
     for gw in 0..n {
         if lanes.target(ep, gw).is_none() {
@@ -149,7 +159,7 @@ pub fn send(
     let (mut acked, mut last_ack, mut longest) = (0u64, start, 0u64);
     while !striper.is_complete() {
         let now = clock_ns();
-        events.clear();
+        // Answers read last pass may have left an Up in `events`: keep it.
         health.poll(now, &mut events);
         for e in events.drain(..) {
             match e {
@@ -159,6 +169,7 @@ pub fn send(
                     if let Some(t) = lanes.target(ep, gw) {
                         if ep.write(t, &out).is_err() {
                             lanes.mark_down(gw, &mut striper);
+                            health.mark_down(gw);
                         }
                     }
                 }
@@ -191,6 +202,7 @@ pub fn send(
             let sent = lanes.target(ep, tx.gw).map(|t| ep.write(t, &out));
             if !matches!(sent, Some(Ok(()))) {
                 lanes.mark_down(tx.gw, &mut striper);
+                health.mark_down(tx.gw);
             }
         }
         match ep.read_timeout(&mut buf, Duration::from_millis(1)) {
@@ -216,6 +228,7 @@ pub fn send(
             Err(Error::PeerLost { peer, .. }) => {
                 if let Some(gw) = lanes.index(peer) {
                     lanes.mark_down(gw, &mut striper);
+                    health.mark_down(gw);
                 }
             }
             Err(e) => return Err(e),
