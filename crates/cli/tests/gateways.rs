@@ -40,10 +40,10 @@ fn lane(n: u32) -> Lane {
     }
     let node = Node::start(cfg).unwrap();
     Lane {
-        sink: sink,
+        sink,
         gateways,
         node,
-        dir: dir,
+        dir,
     }
 }
 
