@@ -59,6 +59,49 @@ pub struct Lane {
     pub storage: Vec<String>,
 }
 
+/// Dead-gateway detection settings (`[health]`).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSettings {
+    /// Milliseconds between heartbeats to a gateway.
+    pub interval_ms: u64,
+    /// Unanswered heartbeats in a row that take a gateway out of use.
+    pub misses: u32,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        let d = macrolink_gateway::health::HealthConfig::default();
+        HealthSettings {
+            interval_ms: d.interval / 1_000_000,
+            misses: d.misses,
+        }
+    }
+}
+
+/// Striping settings (`[stripe]`).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StripeSettings {
+    /// KiB per chunk.
+    pub chunk_kib: u64,
+    /// Chunks in flight per gateway.
+    pub window: usize,
+    /// Milliseconds before an unanswered chunk is sent again.
+    pub rto_ms: u64,
+}
+
+impl Default for StripeSettings {
+    fn default() -> Self {
+        let d = macrolink_gateway::stripe::StripeConfig::default();
+        StripeSettings {
+            chunk_kib: d.chunk / 1024,
+            window: d.window,
+            rto_ms: d.rto / 1_000_000,
+        }
+    }
+}
+
 /// A whole cluster file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +112,12 @@ pub struct Cluster {
     /// IO lanes.
     #[serde(rename = "lane", default)]
     pub lanes: Vec<Lane>,
+    /// Dead-gateway detection.
+    #[serde(default)]
+    pub health: HealthSettings,
+    /// Striping of transfers over gateways.
+    #[serde(default)]
+    pub stripe: StripeSettings,
 }
 
 impl Cluster {
@@ -86,7 +135,29 @@ impl Cluster {
         Ok(c)
     }
 
+    /// The transfer settings the file asks for.
+    pub fn send_config(&self) -> macrolink_gwnet::client::SendConfig {
+        macrolink_gwnet::client::SendConfig {
+            stripe: macrolink_gateway::stripe::StripeConfig {
+                chunk: self.stripe.chunk_kib * 1024,
+                window: self.stripe.window,
+                rto: self.stripe.rto_ms * 1_000_000,
+            },
+            health: macrolink_gateway::health::HealthConfig {
+                interval: self.health.interval_ms * 1_000_000,
+                misses: self.health.misses,
+            },
+            pinned: false,
+        }
+    }
+
     fn check(&self) -> anyhow::Result<()> {
+        if self.health.interval_ms == 0 || self.health.misses == 0 {
+            bail!("[health] interval_ms and misses must be positive");
+        }
+        if self.stripe.chunk_kib == 0 || self.stripe.window == 0 || self.stripe.rto_ms == 0 {
+            bail!("[stripe] chunk_kib, window and rto_ms must be positive");
+        }
         let mut names = HashSet::new();
         let mut ids = HashSet::new();
         for h in &self.hosts {
@@ -163,6 +234,21 @@ mod tests {
         assert_eq!(c.hosts.len(), 4);
         assert_eq!(c.lane_of("store0").unwrap().gateways, ["gw0", "gw1"]);
         assert_eq!(c.me(Some("gw1")).unwrap().node, 22);
+    }
+
+    #[test]
+    fn settings_default_and_can_be_set() {
+        let c = Cluster::parse(DEFAULT).unwrap();
+        assert_eq!(c.send_config().health.interval, 100_000_000);
+        let text = format!("{DEFAULT}\n[health]\ninterval_ms = 20\nmisses = 2\n[stripe]\nchunk_kib = 256\nwindow = 8\n");
+        let c = Cluster::parse(&text).unwrap();
+        let s = c.send_config();
+        assert_eq!((s.health.interval, s.health.misses), (20_000_000, 2));
+        assert_eq!(
+            (s.stripe.chunk, s.stripe.window, s.stripe.rto),
+            (256 * 1024, 8, 500_000_000)
+        );
+        assert!(Cluster::parse(&format!("{DEFAULT}\n[health]\nmisses = 0\n")).is_err());
     }
 
     #[test]

@@ -32,6 +32,12 @@ pub struct Args {
     /// Chunks in flight per gateway.
     #[arg(long, default_value_t = 4)]
     window: usize,
+    /// Milliseconds between heartbeats to each gateway.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Unanswered heartbeats in a row that take a gateway out of use.
+    #[arg(long, default_value_t = 3)]
+    misses: u32,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -52,6 +58,32 @@ pub struct Row {
     pub kernel_1_flow: Option<f64>,
     /// Kernel ECMP, iperf3 eight flows, MB/s.
     pub kernel_8_flows: Option<f64>,
+}
+
+/// Something to break once a share of the transfer is acknowledged.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Kill gateway 0 (SIGKILL) at this share.
+    KillGateway(f64),
+    /// Take storage-side link `link` of gateway 0 down at this share.
+    LinkDown(f64, usize),
+}
+
+/// Transfer settings: 1 MiB chunks, `window` in flight per gateway,
+/// heartbeats every `heartbeat_ms` with `misses` allowed.
+pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig {
+    SendConfig {
+        stripe: StripeConfig {
+            chunk: 1 << 20,
+            window,
+            rto: 500_000_000,
+        },
+        health: macrolink_gateway::health::HealthConfig {
+            interval: heartbeat_ms * 1_000_000,
+            misses,
+        },
+        pinned: false,
+    }
 }
 
 /// `n` bytes of a fixed pseudo-random pattern (xorshift), for transfers
@@ -76,8 +108,8 @@ pub fn striped(
     tb: &Testbed,
     n: usize,
     payload: &[u8],
-    window: usize,
-    kill_at: Option<f64>,
+    send_cfg: SendConfig,
+    fault: Option<Fault>,
     flows: usize,
 ) -> anyhow::Result<SendReport> {
     let dir = tempfile::tempdir()?;
@@ -112,6 +144,7 @@ pub fn striped(
     let shm = dir.path().join(&compute);
     let addrs: Vec<String> = (0..n).map(|i| tb.gateway_addr(i)).collect();
     let gws = std::sync::Mutex::new(gws);
+    let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<SendReport> {
             enter(&compute)?;
@@ -120,14 +153,7 @@ pub fn striped(
                 cfg.peers.insert(21 + i as u32, a.parse()?);
             }
             let node = Node::start(cfg)?;
-            let cfg = SendConfig {
-                stripe: StripeConfig {
-                    chunk: 1 << 20,
-                    window,
-                    rto: 500_000_000,
-                },
-                ..SendConfig::default()
-            };
+            let cfg = send_cfg;
             let targets: Vec<Addr> = (0..n).map(|i| Addr::new(21 + i as u32, 1)).collect();
             // `flows` transfers at once, each from its own endpoint and
             // thread (started here, so in the compute namespace too).
@@ -135,7 +161,8 @@ pub fn striped(
             let reports: Vec<anyhow::Result<SendReport>> = std::thread::scope(|fs| {
                 let handles: Vec<_> = (0..flows.max(1))
                     .map(|f| {
-                        let (node, targets, gws) = (&node, &targets, &gws);
+                        let (node, targets, gws, fault, done) =
+                            (&node, &targets, &gws, &fault, &done);
                         fs.spawn(move || -> anyhow::Result<SendReport> {
                             let ep_cfg = EndpointConfig {
                                 completion: Completion::Wait,
@@ -151,13 +178,29 @@ pub fn striped(
                                 f as u64 + 1,
                                 part,
                                 cfg,
-                                &mut |acked, total| {
-                                    if kill_at.is_some_and(|k| acked as f64 >= k * total as f64) {
+                                &mut |acked, total| match &fault {
+                                    Some(Fault::KillGateway(k))
+                                        if acked as f64 >= k * total as f64 =>
+                                    {
                                         let mut g = gws.lock().unwrap_or_else(|p| p.into_inner());
                                         if let Some(mut victim) = g[0].take() {
                                             victim.kill();
                                         }
                                     }
+                                    Some(Fault::LinkDown(k, link))
+                                        if acked as f64 >= k * total as f64
+                                            && !done.swap(
+                                                true,
+                                                std::sync::atomic::Ordering::AcqRel,
+                                            ) =>
+                                    {
+                                        let dev = tb.storage_link(0, *link);
+                                        let _ = crate::testbed::in_ns(
+                                            &tb.gateway(0),
+                                            &["ip", "link", "set", "dev", &dev, "down"],
+                                        );
+                                    }
+                                    _ => {}
                                 },
                             )?;
                             if !r.verified {
@@ -248,13 +291,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe()?;
     let payload = payload(a.mib << 20);
+    let cfg = send_config(a.window, a.heartbeat_ms, a.misses);
     let mut rows: Vec<Row> = Vec::new();
     let mut one = 0.0;
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, a.window, None, 1)?;
-        let many = striped(&exe, &tb, n, &payload, a.window, None, 8)?;
+        let r = striped(&exe, &tb, n, &payload, cfg, None, 1)?;
+        let many = striped(&exe, &tb, n, &payload, cfg, None, 8)?;
         let many = many.bytes as f64 / many.secs / 1e6;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
@@ -311,7 +355,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut single = 0.0;
     for links in 1..=2 {
         let tb = Testbed::with_links(1, links, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, 1, &payload, a.window, None, 1)?;
+        let r = striped(&exe, &tb, 1, &payload, cfg, None, 1)?;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if links == 1 {
             single = mbs;
@@ -323,7 +367,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     eprintln!("failover ...");
     let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
-    let r = striped(&exe, &tb, 2, &payload, a.window, Some(1.0 / 3.0), 1)?;
+    let r = striped(
+        &exe,
+        &tb,
+        2,
+        &payload,
+        cfg,
+        Some(Fault::KillGateway(1.0 / 3.0)),
+        1,
+    )?;
     println!(
         "failover: 2 gateways, one killed (SIGKILL) a third of the way: {:.1} MB/s overall, longest stall {:.1} ms, {} chunks sent again, hash verified",
         r.bytes as f64 / r.secs / 1e6,

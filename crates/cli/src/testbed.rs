@@ -156,6 +156,11 @@ impl Testbed {
         format!("10.72.{i}.2:{PORT}")
     }
 
+    /// Gateway `i`'s device for its storage-side link `j`.
+    pub fn storage_link(&self, i: usize, j: usize) -> String {
+        format!("{}g{i}s{j}", self.tag)
+    }
+
     /// The storage host's addresses on every storage-side link of gateway `i`.
     pub fn storage_addrs(&self, i: usize) -> Vec<String> {
         (0..self.links)

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
-use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_gwnet::client::send;
 use std::path::{Path, PathBuf};
 
 use crate::cluster::{Cluster, Host, Role, DEFAULT};
@@ -98,7 +98,7 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> 
             Addr::new(s.node, 1),
             t as u64 + 1,
             &payload,
-            SendConfig::default(),
+            c.send_config(),
             &mut |_, _| {},
         )?;
         all_ok &= r.verified;

@@ -7,7 +7,7 @@
 //! Needs root and iproute2. Where they are missing the test says so and does
 //! nothing, unless MACROLINK_REQUIRE_NETNS=1 (set by .ci/run): then it fails.
 
-use macrolink::gwbench::striped;
+use macrolink::gwbench::{send_config, striped, Fault};
 use macrolink::testbed::Testbed;
 use std::path::Path;
 
@@ -37,7 +37,16 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
     let payload: Vec<u8> = (0..32u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let r = striped(Path::new(EXE), &tb, 2, &payload, 4, Some(1.0 / 3.0), 1).unwrap();
+    let r = striped(
+        Path::new(EXE),
+        &tb,
+        2,
+        &payload,
+        send_config(4, 100, 3),
+        Some(Fault::KillGateway(1.0 / 3.0)),
+        1,
+    )
+    .unwrap();
     eprintln!("namespace testbed, gateway killed: {r:?}");
     assert!(r.verified, "{r:?}");
     assert!(r.failovers >= 1, "{r:?}");
@@ -80,10 +89,19 @@ fn a_gateway_with_two_storage_links_uses_both() {
         }
     };
     let payload = macrolink::gwbench::payload(24 << 20);
-    let r = striped(Path::new(EXE), &tb, 1, &payload, 4, None, 1).unwrap();
+    let r = striped(
+        Path::new(EXE),
+        &tb,
+        1,
+        &payload,
+        send_config(4, 100, 3),
+        None,
+        1,
+    )
+    .unwrap();
     assert!(r.verified, "{r:?}");
     let g = tb.gateway(0);
-    let dev = |j: usize| format!("{}s{j}", g);
+    let dev = |j: usize| tb.storage_link(0, j);
     let (a, b) = (sent_bytes(&g, &dev(0)), sent_bytes(&g, &dev(1)));
     eprintln!("two links carried {a} and {b} bytes");
     for x in [a, b] {

@@ -40,7 +40,7 @@ pub(crate) mod sys;
 mod transport;
 mod types;
 
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, RAIL_USER_TIMEOUT_MS};
 pub use error::{Error, Result};
 pub use macrolink_wire::Refusal;
 pub use node::{default_shm_dir, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};

@@ -248,11 +248,22 @@ impl NodeShared {
 
     /// Opens a TCP connection from endpoint `from` to `to` at `addr`.
     pub(crate) fn connect_tcp(&self, from: Addr, to: Addr, addr: SocketAddr) -> Result<Stream> {
+        self.connect_tcp_within(from, to, addr, HANDSHAKE_TIMEOUT)
+    }
+
+    /// As `connect_tcp`, giving up on the connection after `dial`.
+    pub(crate) fn connect_tcp_within(
+        &self,
+        from: Addr,
+        to: Addr,
+        addr: SocketAddr,
+        dial: Duration,
+    ) -> Result<Stream> {
         let mut hello = Header::new(FrameKind::Hello);
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
-        let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
+        let mut s = TcpStream::connect_timeout(&addr, dial)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         s.write_all(&hello.encode())?;

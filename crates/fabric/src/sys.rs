@@ -126,3 +126,17 @@ pub fn clock_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Makes the kernel abort a TCP connection whose sent data stays
+/// unacknowledged for `ms` milliseconds (TCP_USER_TIMEOUT).
+pub(crate) fn set_tcp_user_timeout(fd: RawFd, ms: u32) -> io::Result<()> {
+    let v: libc::c_uint = ms;
+    syscall!(setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        (&v as *const libc::c_uint).cast(),
+        std::mem::size_of::<libc::c_uint>() as libc::socklen_t
+    ))
+    .map(drop)
+}

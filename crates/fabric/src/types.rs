@@ -114,6 +114,9 @@ pub struct Recv {
     pub kind: RecvKind,
     /// Transport it came over.
     pub transport: Transport,
+    /// The connection it came over (slot, generation), for
+    /// [`Endpoint::reply_target`](crate::Endpoint::reply_target).
+    pub(crate) via: Option<(u32, u32)>,
 }
 
 /// Kind of a [`Recv`].

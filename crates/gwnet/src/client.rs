@@ -40,6 +40,8 @@ pub struct SendReport {
     pub verified: bool,
     /// Chunks sent through each gateway.
     pub per_gateway: Vec<u64>,
+    /// Chunks sent through gateways that had been out of use and came back.
+    pub after_return: u64,
 }
 
 struct Lanes {
@@ -51,6 +53,8 @@ struct Lanes {
     pin: Option<(Vec<u8>, usize)>,
     /// Earliest time to dial a gateway again after a failed attempt.
     retry_at: Vec<u64>,
+    /// Gateways taken back into use after being out.
+    returned: Vec<bool>,
 }
 
 /// Time between attempts to reconnect to a down gateway.
@@ -131,6 +135,7 @@ pub fn send(
         failovers: 0,
         pin: None,
         retry_at: vec![0; n],
+        returned: vec![false; n],
     };
     for gw in 0..n {
         if lanes.target(ep, gw).is_none() {
@@ -151,6 +156,7 @@ pub fn send(
         lanes.pin = Some(([flow.as_slice(), &transfer.to_le_bytes()].concat(), on));
     }
     let mut per_gateway = vec![0u64; n];
+    let mut after_return = 0u64;
     let me = to_pair(ep.addr());
     let to = to_pair(storage);
     let mut buf = vec![0u8; 1 << 16];
@@ -177,6 +183,7 @@ pub fn send(
                 HealthEvent::Up(gw) => {
                     if lanes.down[gw] && lanes.target(ep, gw).is_some() {
                         lanes.down[gw] = false;
+                        lanes.returned[gw] = true;
                         if lanes.usable(gw) {
                             striper.on_path_up(gw);
                         }
@@ -187,6 +194,9 @@ pub fn send(
         }
         while let Some(tx) = striper.poll_transmit(now) {
             per_gateway[tx.gw] += 1;
+            if lanes.returned[tx.gw] {
+                after_return += 1;
+            }
             let c = tx.chunk;
             out.clear();
             let slice = &data[c.offset as usize..(c.offset + c.len) as usize];
@@ -280,5 +290,6 @@ pub fn send(
         failovers: lanes.failovers,
         verified,
         per_gateway,
+        after_return,
     })
 }

@@ -13,15 +13,18 @@ use std::time::{Duration, Instant};
 
 use crate::from_pair;
 
-/// How long a failed rail rests before it is tried again.
+/// How long a failed rail first rests before it is tried again; each further
+/// failure doubles it, up to `RAIL_REST_MAX`.
 const RAIL_REST: Duration = Duration::from_secs(1);
+const RAIL_REST_MAX: Duration = Duration::from_secs(30);
 
 /// The storage-side links of a gateway, per storage node.
 #[derive(Debug, Default)]
 pub struct Rails {
     links: HashMap<u32, Vec<SocketAddr>>,
     next: HashMap<u32, usize>,
-    resting: HashMap<SocketAddr, Instant>,
+    /// Failed rails: until when they rest, and how long the last rest was.
+    resting: HashMap<SocketAddr, (Instant, Duration)>,
 }
 
 impl Rails {
@@ -55,7 +58,7 @@ impl Rails {
             if self
                 .resting
                 .get(&addr)
-                .is_some_and(|t| t.elapsed() < RAIL_REST)
+                .is_some_and(|(until, _)| Instant::now() < *until)
             {
                 continue;
             }
@@ -69,8 +72,12 @@ impl Rails {
                     return Ok(());
                 }
                 Err(e) => {
-                    tracing::info!("relay: rail {addr} to {to} failed: {e}");
-                    self.resting.insert(addr, Instant::now());
+                    let rest = self
+                        .resting
+                        .get(&addr)
+                        .map_or(RAIL_REST, |(_, r)| (*r * 2).min(RAIL_REST_MAX));
+                    tracing::info!("relay: rail {addr} to {to} failed ({e}); resting {rest:?}");
+                    self.resting.insert(addr, (Instant::now() + rest, rest));
                     last = Err(e);
                 }
             }

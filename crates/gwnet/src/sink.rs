@@ -1,7 +1,7 @@
 //! The storage side: places chunks of each transfer once, acknowledges each
 //! through the gateway it came by, and checks the whole transfer's hash.
 
-use macrolink_fabric::{Addr, Endpoint, Error, Mode, Result, Transport};
+use macrolink_fabric::{Addr, Endpoint, Error, Mode, Result};
 use macrolink_gateway::assemble::Assembler;
 use macrolink_gateway::msg::Msg;
 use std::collections::HashMap;
@@ -89,7 +89,8 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                 continue;
             }
         }
-        let back = ep.target_via(r.from, Mode::Reliable, Transport::Tcp);
+        // Answer over the link the message came by: another may be dark.
+        let back = ep.reply_target(&r, Mode::Reliable);
         if let Err(e) = back.and_then(|t| ep.write(t, &out)) {
             tracing::info!("sink: cannot answer {}: {e}", r.from);
         }

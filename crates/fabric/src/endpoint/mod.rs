@@ -30,6 +30,10 @@ use put::{PutStatus, PutTable, Regions, RemoteRegion};
 use rx::{Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use udp::Udp;
 
+/// A rail (see [`Endpoint::target_at`]) whose sent data stays unacknowledged
+/// this long is taken for dead.
+pub const RAIL_USER_TIMEOUT_MS: u32 = 2000;
+
 /// How a target's traffic leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
@@ -74,6 +78,7 @@ pub struct Endpoint {
     targets: Vec<TargetEntry>,
     target_index: HashMap<(Addr, Mode, Transport), Target>,
     rail_index: HashMap<(Addr, Mode, std::net::SocketAddr), Target>,
+    reply_index: HashMap<(u32, u32, Mode), Target>,
     core: Core,
     udp: Option<Udp>,
     incoming: Vec<Incoming>,
@@ -99,6 +104,7 @@ impl Endpoint {
             targets: Vec::new(),
             target_index: HashMap::new(),
             rail_index: HashMap::new(),
+            reply_index: HashMap::new(),
             core: Core {
                 id,
                 completion: cfg.completion,
@@ -231,9 +237,34 @@ impl Endpoint {
         Ok(t)
     }
 
+    /// A target that answers `r` over the connection it came in on (the
+    /// same rail, when a peer reaches this endpoint over several); falls
+    /// back to [`target_via`](Self::target_via) once that connection is gone.
+    pub fn reply_target(&mut self, r: &Recv, mode: Mode) -> Result<Target> {
+        if let Some((slot, gen)) = r.via.filter(|_| mode != Mode::Datagram) {
+            let route = Route::Conn { slot, gen };
+            if self.route_alive(route) {
+                if let Some(t) = self.reply_index.get(&(slot, gen, mode)) {
+                    return Ok(*t);
+                }
+                let t = Target(self.targets.len() as u32);
+                self.targets.push(TargetEntry {
+                    peer: r.from,
+                    mode,
+                    route,
+                });
+                self.reply_index.insert((slot, gen, mode), t);
+                return Ok(t);
+            }
+        }
+        self.target_via(r.from, mode, r.transport)
+    }
+
     /// Makes a TCP target for `to` through the remote address `addr`: one
     /// rail of several links to the same peer (link aggregation). Each
-    /// address gets a connection of its own.
+    /// address gets a connection of its own, which fails with
+    /// [`Error::PeerLost`] when its link stays dark for
+    /// [`RAIL_USER_TIMEOUT_MS`].
     pub fn target_at(
         &mut self,
         to: Addr,
@@ -263,7 +294,11 @@ impl Endpoint {
         let route = match found {
             Some(r) => r,
             None => {
-                let stream = self.node.connect_tcp(self.addr(), to, addr)?;
+                // A rail whose link is dark must fail soon, so that its
+                // traffic moves to the others: short dial, user timeout.
+                let dial = Duration::from_millis(u64::from(RAIL_USER_TIMEOUT_MS) / 4);
+                let stream = self.node.connect_tcp_within(self.addr(), to, addr, dial)?;
+                sys::set_tcp_user_timeout(stream.raw_fd(), RAIL_USER_TIMEOUT_MS)?;
                 let mut conn = Conn::new(to, stream);
                 conn.rail = Some(addr);
                 self.insert_conn(conn)
@@ -311,6 +346,8 @@ impl Endpoint {
         };
         let s = &mut self.slots[i];
         s.gen = s.gen.wrapping_add(1);
+        let mut conn = conn;
+        conn.id = (i as u32, s.gen);
         s.conn = Some(conn);
         Route::Conn {
             slot: i as u32,
@@ -560,6 +597,7 @@ impl Endpoint {
                 transport,
                 len,
                 chain,
+                via,
             }) => {
                 self.core.pool.drain_into(chain, buf);
                 self.core.stats.messages_in += 1;
@@ -569,11 +607,13 @@ impl Endpoint {
                     len,
                     kind: RecvKind::Message(mode),
                     transport,
+                    via,
                 })
             }
             Some(Ready::Placed {
                 from,
                 transport,
+                via,
                 key,
                 offset,
                 len,
@@ -582,6 +622,7 @@ impl Endpoint {
                 len,
                 kind: RecvKind::PutPlaced { key, offset },
                 transport,
+                via,
             }),
             Some(Ready::Lost { peer, reason }) => return Err(Error::PeerLost { peer, reason }),
             None => None,

@@ -29,10 +29,12 @@ pub(crate) enum Ready {
         transport: Transport,
         len: usize,
         chain: Chain,
+        via: Option<(u32, u32)>,
     },
     Placed {
         from: Addr,
         transport: Transport,
+        via: Option<(u32, u32)>,
         key: RegionKey,
         offset: u64,
         len: usize,
@@ -113,6 +115,8 @@ enum Asm {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) peer: Addr,
+    /// This connection's place in its endpoint (slot, generation).
+    pub(crate) id: (u32, u32),
     /// The remote address this side dialled, for a rail made by `target_at`.
     pub(crate) rail: Option<std::net::SocketAddr>,
     pub(crate) stream: Stream,
@@ -153,6 +157,7 @@ impl Conn {
     pub(crate) fn new(peer: Addr, stream: Stream) -> Conn {
         Conn {
             peer,
+            id: (u32::MAX, 0),
             rail: None,
             stream,
             rx: FrameReader::new(),
@@ -247,6 +252,7 @@ impl Conn {
                                 core.ready.push_back(Ready::Placed {
                                     from: self.peer,
                                     transport: self.stream.transport(),
+                                    via: Some(self.id),
                                     key: RegionKey(h.key),
                                     offset: h.offset,
                                     len: h.total as usize,
@@ -402,6 +408,7 @@ impl Conn {
                     len: total as usize,
                     kind: RecvKind::Message(mode),
                     transport,
+                    via: Some(self.id),
                 })
             }
             Asm::Staged {
@@ -416,6 +423,7 @@ impl Conn {
                     transport,
                     len: total as usize,
                     chain,
+                    via: Some(self.id),
                 });
                 Step::Moved
             }
@@ -558,6 +566,7 @@ impl Conn {
                     core.ready.push_back(Ready::Placed {
                         from: self.peer,
                         transport: self.stream.transport(),
+                        via: Some(self.id),
                         key: RegionKey(*key),
                         offset: *start,
                         len: *total as usize,

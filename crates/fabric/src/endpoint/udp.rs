@@ -119,6 +119,7 @@ impl Udp {
                         len: data.len(),
                         kind: RecvKind::Message(Mode::Datagram),
                         transport: Transport::Udp,
+                        via: None,
                     }));
                 }
             }
@@ -129,6 +130,7 @@ impl Udp {
                     transport: Transport::Udp,
                     len: data.len(),
                     chain,
+                    via: None,
                 }),
                 None => core.stats.dropped_datagrams += 1,
             }
