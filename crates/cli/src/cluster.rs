@@ -238,17 +238,21 @@ mod tests {
 
     #[test]
     fn settings_default_and_can_be_set() {
-        let c = Cluster::parse(DEFAULT).unwrap();
-        assert_eq!(c.send_config().health.interval, 100_000_000);
-        let text = format!("{DEFAULT}\n[health]\ninterval_ms = 20\nmisses = 2\n[stripe]\nchunk_kib = 256\nwindow = 8\n");
-        let c = Cluster::parse(&text).unwrap();
-        let s = c.send_config();
+        let hosts = "[[host]]\nname = 'a'\nrole = 'compute'\nnode = 1\nfabric = '127.0.0.1:1'\n";
+        let c = Cluster::parse(hosts).unwrap();
+        assert_eq!(c.send_config().health.interval, 100_000_000, "default");
+        assert_eq!(
+            Cluster::parse(DEFAULT).unwrap().send_config().health.misses,
+            3
+        );
+        let text = format!("{hosts}[health]\ninterval_ms = 20\nmisses = 2\n[stripe]\nchunk_kib = 256\nwindow = 8\n");
+        let s = Cluster::parse(&text).unwrap().send_config();
         assert_eq!((s.health.interval, s.health.misses), (20_000_000, 2));
         assert_eq!(
             (s.stripe.chunk, s.stripe.window, s.stripe.rto),
             (256 * 1024, 8, 500_000_000)
         );
-        assert!(Cluster::parse(&format!("{DEFAULT}\n[health]\nmisses = 0\n")).is_err());
+        assert!(Cluster::parse(&format!("{hosts}[health]\nmisses = 0\n")).is_err());
     }
 
     #[test]
