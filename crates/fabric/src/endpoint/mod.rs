@@ -227,14 +227,15 @@ impl Endpoint {
                 }
             }
         };
-        let t = Target(self.targets.len() as u32);
-        self.targets.push(TargetEntry {
-            peer: to,
-            mode,
-            route,
-        });
+        let t = self.add_target(to, mode, route);
         self.target_index.insert((to, mode, transport), t);
         Ok(t)
+    }
+
+    fn add_target(&mut self, peer: Addr, mode: Mode, route: Route) -> Target {
+        let t = Target(self.targets.len() as u32);
+        self.targets.push(TargetEntry { peer, mode, route });
+        t
     }
 
     /// A target that answers `r` over the connection it came in on (the
@@ -247,12 +248,7 @@ impl Endpoint {
                 if let Some(t) = self.reply_index.get(&(slot, gen, mode)) {
                     return Ok(*t);
                 }
-                let t = Target(self.targets.len() as u32);
-                self.targets.push(TargetEntry {
-                    peer: r.from,
-                    mode,
-                    route,
-                });
+                let t = self.add_target(r.from, mode, route);
                 self.reply_index.insert((slot, gen, mode), t);
                 return Ok(t);
             }
@@ -304,12 +300,7 @@ impl Endpoint {
                 self.insert_conn(conn)
             }
         };
-        let t = Target(self.targets.len() as u32);
-        self.targets.push(TargetEntry {
-            peer: to,
-            mode,
-            route,
-        });
+        let t = self.add_target(to, mode, route);
         self.rail_index.insert((to, mode, addr), t);
         Ok(t)
     }
