@@ -343,3 +343,38 @@ fn rails_to_one_peer_are_separate_connections() {
     got.sort();
     assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
 }
+
+#[test]
+fn put_from_fills_the_region_and_a_failing_fill_posts_nothing() {
+    let (a, b, _d) = nodes();
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let mut target = b.open(11, wait_cfg()).unwrap();
+        let key = target.register(1 << 16).unwrap();
+        let mut init = a.open(12, wait_cfg()).unwrap();
+        let t = init
+            .target_via(Addr::new(2, 11), Mode::Put, transport)
+            .unwrap();
+        let h = thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let r = target.read(&mut buf).unwrap();
+            (target, r)
+        });
+        let data = pattern(5000, 3);
+        let mut scratch = Vec::new();
+        let failed = init.put_from(t, 5000, 0, key, true, &mut scratch, |_| {
+            Err(std::io::Error::other("disk went away"))
+        });
+        assert!(matches!(failed, Err(Error::Io(_))), "{failed:?}");
+        let p = init
+            .put_from(t, 5000, 64, key, true, &mut scratch, |dst| {
+                dst.copy_from_slice(&data);
+                Ok(())
+            })
+            .unwrap();
+        init.wait_put(p).unwrap();
+        let (target, r) = h.join().unwrap();
+        assert_eq!(r.kind, RecvKind::PutPlaced { key, offset: 64 });
+        assert_eq!(r.len, 5000, "only the good put is reported");
+        assert_eq!(&target.region(key).unwrap()[64..5064], &data[..]);
+    }
+}

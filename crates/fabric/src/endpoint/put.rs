@@ -181,19 +181,34 @@ impl RemoteRegion {
     }
 
     /// Copies `data` to `offset`; the caller has checked the bounds.
+    #[cfg(test)]
     pub(crate) fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset + data.len() <= self.len,
-            "bounds checked by the caller"
-        );
-        if let Some(m) = &self.map {
-            // SAFETY: offset + len lies inside the mapping (asserted); the
-            // target process may read these bytes concurrently, which put
-            // mode leaves to the application (it reads after notification).
-            unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), m.as_mut_ptr().add(offset), data.len())
-            };
-        }
+        self.fill(offset, data.len(), |dst| {
+            dst.copy_from_slice(data);
+            Ok(())
+        })
+        .expect("copying cannot fail");
+    }
+
+    /// Lets `fill` write the `len` bytes at `offset` in place; the caller
+    /// has checked the bounds.
+    pub(crate) fn fill(
+        &self,
+        offset: usize,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        assert!(offset + len <= self.len, "bounds checked by the caller");
+        let Some(m) = &self.map else {
+            return fill(&mut []);
+        };
+        // SAFETY: offset + len lies inside the mapping (asserted), which
+        // lives as long as self; no other slice of it exists in this
+        // process while `fill` runs (the endpoint is borrowed mutably).
+        // The target process may read these bytes concurrently, which put
+        // mode leaves to the application (it reads after notification).
+        let dst = unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(offset), len) };
+        fill(dst)
     }
 }
 
