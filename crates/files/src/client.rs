@@ -1,0 +1,329 @@
+//! A client of one server: the contact connection, its fabric node, and
+//! the requests `cp`, `ls`, `stat`, `rm` and `mkdir` are made of.
+
+use macrolink_fabric::{Node, NodeConfig, Transport};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use crate::auth::{self, Secret};
+use crate::data::{self, gather, join, DataError, Receiver, Sender, Sink, Source};
+use crate::error::{Error, Result};
+use crate::proto::{self, FabricInfo, Landing, Meta, Reply, Request, Shape};
+use crate::server::{host_id, random_node_id};
+use crate::sums::Digest;
+use crate::wire_io::{self, ReadError};
+
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings of a client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Directory where fabric nodes of this host meet.
+    pub shm_dir: PathBuf,
+    /// Never use shared memory, even on the server's host.
+    pub no_shm: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            shm_dir: macrolink_fabric::default_shm_dir(),
+            no_shm: false,
+        }
+    }
+}
+
+/// A connection to a server.
+#[derive(Debug)]
+pub struct Client {
+    stream: TcpStream,
+    node: Node,
+    server: FabricInfo,
+    transport: Transport,
+    next_ep: AtomicU32,
+}
+
+fn connection(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Connection {
+        context: context.to_string(),
+        source,
+    }
+}
+
+fn read_error(e: ReadError) -> Error {
+    match e {
+        ReadError::Io(source) => Error::Connection {
+            context: "reading a reply".into(),
+            source,
+        },
+        ReadError::Proto(p) => Error::Proto(p),
+    }
+}
+
+impl Client {
+    /// Connects to `addr` (host:port) and authenticates with `secret`.
+    pub fn connect(addr: &str, secret: &Secret, opts: &ClientOptions) -> Result<Client> {
+        let ctx = format!("connecting to {addr}");
+        let sock: SocketAddr = addr
+            .to_socket_addrs()
+            .map_err(connection(&ctx))?
+            .next()
+            .ok_or_else(|| Error::Usage(format!("{addr}: no address")))?;
+        let mut stream =
+            TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT).map_err(connection(&ctx))?;
+        stream.set_nodelay(true).map_err(connection(&ctx))?;
+        let Reply::Challenge { version, nonce } = recv_reply(&mut stream)? else {
+            return Err(Error::Unexpected("expected a challenge".into()));
+        };
+        if version != proto::VERSION {
+            return Err(Error::Version(version, proto::VERSION));
+        }
+        let local = stream.local_addr().map_err(connection(&ctx))?;
+        let mut cfg = NodeConfig::local(random_node_id().map_err(connection(&ctx))?, &opts.shm_dir);
+        cfg.tcp = Some(SocketAddr::new(local.ip(), 0));
+        cfg.udp = None;
+        let node = Node::start(cfg)?;
+        let me = FabricInfo {
+            node: node.id(),
+            host: host_id(),
+            shm_dir: opts.shm_dir.display().to_string(),
+            tcp: SocketAddr::new(local.ip(), node.tcp_addr().map_or(0, |a| a.port())).to_string(),
+            shm: !opts.no_shm,
+        };
+        let my_nonce = auth::nonce().map_err(connection(&ctx))?;
+        wire_io::send(
+            &mut stream,
+            &Request::Auth {
+                version: proto::VERSION,
+                proof: secret.client_proof(&nonce),
+                nonce: my_nonce,
+                fabric: me.clone(),
+            },
+        )
+        .map_err(connection(&ctx))?;
+        let Reply::Welcome { proof, fabric } = recv_reply(&mut stream)? else {
+            return Err(Error::Unexpected("expected a welcome".into()));
+        };
+        if !auth::proof_matches(&secret.server_proof(&my_nonce), &proof) {
+            return Err(Error::ServerNotAuthentic);
+        }
+        if let Ok(a) = fabric.tcp.parse() {
+            node.add_peer(fabric.node, a);
+        }
+        let transport = me.transport_to(&fabric);
+        Ok(Client {
+            stream,
+            node,
+            server: fabric,
+            transport,
+            next_ep: AtomicU32::new(1),
+        })
+    }
+
+    /// The transport file data takes.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    fn call(&mut self, req: &Request) -> Result<Reply> {
+        wire_io::send(&mut self.stream, req).map_err(connection("sending a request"))?;
+        recv_reply(&mut self.stream)
+    }
+
+    /// Metadata of `path`.
+    pub fn stat(&mut self, path: &str) -> Result<Meta> {
+        match self.call(&Request::Stat { path: path.into() })? {
+            Reply::Meta(m) => Ok(m),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Entries of directory `path`.
+    pub fn list(&mut self, path: &str) -> Result<Vec<Meta>> {
+        match self.call(&Request::List { path: path.into() })? {
+            Reply::Entries(v) => Ok(v),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Makes directory `path`.
+    pub fn mkdir(&mut self, path: &str, parents: bool) -> Result<()> {
+        self.ok(&Request::Mkdir {
+            path: path.into(),
+            parents,
+        })
+    }
+
+    /// Removes `path`.
+    pub fn remove(&mut self, path: &str, recursive: bool) -> Result<()> {
+        self.ok(&Request::Remove {
+            path: path.into(),
+            recursive,
+        })
+    }
+
+    /// Size and chunk digests of `path` (or of its partial upload).
+    pub fn sums(&mut self, path: &str, chunk: u32, partial: bool) -> Result<(u64, Vec<Digest>)> {
+        match self.call(&Request::Sums {
+            path: path.into(),
+            chunk,
+            partial,
+        })? {
+            Reply::Sums { size, digests } => Ok((size, digests)),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn ok(&mut self, req: &Request) -> Result<()> {
+        match self.call(req)? {
+            Reply::Ok => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn ep_id(&self) -> u32 {
+        self.next_ep.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Reads `shape.len` bytes (cut to the end of the file) of `path` from
+    /// `shape.offset` into `sink` over `streams` streams. `opened` learns the
+    /// file's size and the bytes to come before any arrive. Returns the bytes
+    /// received, verified against the server's digest.
+    pub fn get(
+        &mut self,
+        path: &str,
+        shape: Shape,
+        streams: u32,
+        sink: &dyn Sink,
+        shared: &data::Shared,
+        opened: &mut dyn FnMut(u64, u64) -> Result<()>,
+    ) -> Result<u64> {
+        let mut receivers = Vec::new();
+        for _ in 0..streams.max(1) {
+            receivers.push(Receiver::open(&self.node, self.ep_id(), &shape)?);
+        }
+        let n = receivers.len() as u32;
+        let (size, len) = match self.call(&Request::Get {
+            path: path.into(),
+            shape,
+            streams: receivers.iter().map(Receiver::end).collect(),
+        })? {
+            Reply::Sending { size, len } => (size, len),
+            r => return Err(unexpected(r)),
+        };
+        let shape = Shape { len, ..shape };
+        if let Err(e) = opened(size, len) {
+            shared.abort.store(true, Ordering::Relaxed);
+            drop(receivers);
+            let _ = recv_reply(&mut self.stream);
+            return Err(e);
+        }
+        let results = thread::scope(|scope| {
+            let handles: Vec<_> = receivers
+                .into_iter()
+                .enumerate()
+                .map(|(s, r)| {
+                    let shape = &shape;
+                    scope.spawn(move || r.run(shape, s as u32, n, sink, shared))
+                })
+                .collect();
+            handles.into_iter().map(join).collect::<Vec<_>>()
+        });
+        let reply = recv_reply(&mut self.stream);
+        let ours = gather(&shape, results);
+        let (bytes, theirs) = match reply? {
+            Reply::Sent { bytes, digest } => (bytes, digest),
+            r => return Err(unexpected(r)),
+        };
+        let ours = ours.map_err(|f| Error::Remote {
+            code: f.code,
+            message: f.message,
+        })?;
+        if ours != theirs || bytes != len {
+            return Err(Error::Mismatch(path.into()));
+        }
+        Ok(len)
+    }
+
+    /// Writes `shape.len` bytes of `source` from `shape.offset` to `path`
+    /// over `streams` streams, landing as `landing`; `size` is the whole
+    /// file's. Returns once the server has verified (and, with `sync`, made
+    /// durable) what it received.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put(
+        &mut self,
+        path: &str,
+        size: u64,
+        shape: Shape,
+        streams: u32,
+        sync: bool,
+        landing: Landing,
+        source: &dyn Source,
+        shared: &data::Shared,
+    ) -> Result<()> {
+        let n = streams.max(1);
+        let ends = match self.call(&Request::Put {
+            path: path.into(),
+            size,
+            shape,
+            streams: n,
+            sync,
+            landing,
+        })? {
+            Reply::Receiving { streams } if streams.len() == n as usize => streams,
+            r => return Err(unexpected(r)),
+        };
+        let (peer, transport) = (self.server.node, self.transport);
+        let results = thread::scope(|scope| {
+            let handles: Vec<_> = ends
+                .iter()
+                .enumerate()
+                .map(|(s, end)| {
+                    let (node, id, shape) = (&self.node, self.ep_id(), &shape);
+                    scope.spawn(move || {
+                        Sender::open(node, id, peer, *end, transport)
+                            .map_err(DataError::from)?
+                            .run(shape, s as u32, n, source, shared)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(join).collect::<Vec<_>>()
+        });
+        let ours = gather(&shape, results);
+        let digest = match &ours {
+            Ok(d) => *d,
+            Err(_) => [0; 16],
+        };
+        let reply = self.call(&Request::Commit {
+            bytes: shape.len,
+            digest,
+        });
+        // The server's word explains a failure best (a full disk there
+        // breaks the streams here).
+        match (reply, ours) {
+            (Ok(Reply::Ok), Ok(_)) => Ok(()),
+            (Ok(Reply::Error { code, message }), _) => Err(Error::Remote { code, message }),
+            (_, Err(f)) => Err(Error::Remote {
+                code: f.code,
+                message: f.message,
+            }),
+            (Ok(r), Ok(_)) => Err(unexpected(r)),
+            (Err(e), Ok(_)) => Err(e),
+        }
+    }
+}
+
+fn recv_reply(stream: &mut TcpStream) -> Result<Reply> {
+    match wire_io::recv::<Reply>(stream, proto::MAX_REPLY).map_err(read_error)? {
+        Reply::Error { code, message } => Err(Error::Remote { code, message }),
+        r => Ok(r),
+    }
+}
+
+fn unexpected(r: Reply) -> Error {
+    Error::Unexpected(format!("{r:?}"))
+}

@@ -1,0 +1,368 @@
+//! The bulk data path: one transfer's chunks, dealt round-robin over
+//! streams; each stream is an endpoint pair on the fabric.
+//!
+//! ```text
+//!  sender (reads the file)                 receiver (writes the file)
+//!  ───────────────────────                 ──────────────────────────
+//!  put_from(slot k % slots) ──────────────► region [slot] (shm: in place)
+//!      pread straight into the slot          PutPlaced{offset} → pwrite
+//!  waits when every slot is full ◄──────── credit (1 slot free), reliable
+//! ```
+//!
+//! Chunk `s + k·n` travels as the `k`-th chunk of stream `s` of `n`; puts on
+//! one connection arrive in order, so the receiver knows each chunk's place
+//! in the file without a header. Both ends hash every chunk.
+
+use macrolink_fabric::{
+    Addr, Completion, Endpoint, EndpointConfig, Mode, Node, RecvKind, RegionKey, Target, Transport,
+};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::ops::{code_of, Failure};
+use crate::proto::{Code, Shape, StreamEnd};
+use crate::sums::{self, Collector, Digest};
+use std::thread;
+
+/// How often a waiting stream looks at the abort flag.
+const TICK: Duration = Duration::from_millis(100);
+/// A peer that sends nothing for this long is taken for gone.
+const SILENCE: Duration = Duration::from_secs(30);
+
+/// Why a stream stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// Reading or writing the file failed.
+    #[error("{0}")]
+    File(#[source] io::Error),
+    /// The fabric failed (the peer went away).
+    #[error("data stream: {0}")]
+    Fabric(#[from] macrolink_fabric::Error),
+    /// The peer broke the data protocol.
+    #[error("data stream: {0}")]
+    Protocol(String),
+    /// Another stream of the transfer failed, or the transfer was cancelled.
+    #[error("cancelled")]
+    Aborted,
+    /// The peer sent nothing for too long.
+    #[error("data stream: no traffic for {0:?}")]
+    Silent(Duration),
+}
+
+/// Where received chunks go.
+pub trait Sink: Sync {
+    /// Writes `data` at `offset`.
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
+}
+
+impl Sink for File {
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(self, data, offset)
+    }
+}
+
+/// Where sent chunks come from.
+pub trait Source: Sync {
+    /// Fills `buf` from `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+impl Source for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+/// What one transfer's streams share: progress, and a flag any of them
+/// raises to stop the others.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Bytes moved so far (a counter several transfers may share).
+    pub bytes: std::sync::Arc<AtomicU64>,
+    /// Set to stop every stream.
+    pub abort: AtomicBool,
+}
+
+impl Shared {
+    /// A transfer that counts its bytes on `bytes`.
+    pub fn counting(bytes: std::sync::Arc<AtomicU64>) -> Shared {
+        Shared {
+            bytes,
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    fn check(&self) -> Result<(), DataError> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(DataError::Aborted);
+        }
+        Ok(())
+    }
+}
+
+/// Settings of data endpoints: waiting completion, so a stream that waits
+/// on the disk or the peer burns no core.
+pub fn endpoint_config() -> EndpointConfig {
+    EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 16,
+        token_size: 4096,
+        ..EndpointConfig::default()
+    }
+}
+
+/// A stream's receiving end: an endpoint with a registered region.
+#[derive(Debug)]
+pub struct Receiver {
+    ep: Endpoint,
+    key: RegionKey,
+}
+
+impl Receiver {
+    /// Opens endpoint `id` of `node` with a region for `shape`.
+    pub fn open(node: &Node, id: u32, shape: &Shape) -> macrolink_fabric::Result<Receiver> {
+        let mut ep = node.open(id, endpoint_config())?;
+        let key = ep.register(shape.region_len())?;
+        Ok(Receiver { ep, key })
+    }
+
+    /// What the sender needs to reach it.
+    pub fn end(&self) -> StreamEnd {
+        StreamEnd {
+            ep: self.ep.addr().ep,
+            key: self.key.0,
+        }
+    }
+
+    /// Receives stream `s` of `n` of `shape` into `sink`; returns the
+    /// digests of its chunks by chunk index.
+    pub fn run(
+        mut self,
+        shape: &Shape,
+        s: u32,
+        n: u32,
+        sink: &dyn Sink,
+        shared: &Shared,
+    ) -> Result<Vec<(u64, Digest)>, DataError> {
+        let r = self.receive(shape, s, n, sink, shared);
+        if r.is_err() {
+            shared.abort.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn receive(
+        &mut self,
+        shape: &Shape,
+        s: u32,
+        n: u32,
+        sink: &dyn Sink,
+        shared: &Shared,
+    ) -> Result<Vec<(u64, Digest)>, DataError> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        let mut credit: Option<Target> = None;
+        let slots = shape.slots as u64;
+        for (k, index) in (s as u64..shape.chunks()).step_by(n as usize).enumerate() {
+            let (file_off, len) = shape.chunk_at(index);
+            let slot_off = (k as u64 % slots) * shape.chunk as u64;
+            let r = wait(&mut self.ep, &mut buf, shared)?;
+            match r.kind {
+                RecvKind::PutPlaced { key, offset }
+                    if key == self.key && offset == slot_off && r.len == len => {}
+                other => {
+                    return Err(DataError::Protocol(format!(
+                        "expected chunk {index} ({len} bytes at slot offset {slot_off}), \
+                         got {other:?} of {} bytes",
+                        r.len
+                    )))
+                }
+            }
+            let region = self.ep.region(self.key).expect("registered at open");
+            let data = &region[slot_off as usize..slot_off as usize + len];
+            out.push((index, sums::chunk(data)));
+            sink.write_at(data, file_off).map_err(DataError::File)?;
+            shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
+            let t = match credit {
+                Some(t) => t,
+                None => *credit.insert(self.ep.reply_target(&r, Mode::Reliable)?),
+            };
+            self.ep.write(t, &1u32.to_le_bytes())?;
+        }
+        Ok(out)
+    }
+}
+
+/// Waits for the next completion, looking at the abort flag every tick.
+fn wait(
+    ep: &mut Endpoint,
+    buf: &mut [u8],
+    shared: &Shared,
+) -> Result<macrolink_fabric::Recv, DataError> {
+    let start = std::time::Instant::now();
+    loop {
+        shared.check()?;
+        if let Some(r) = ep.read_timeout(buf, TICK)? {
+            return Ok(r);
+        }
+        if start.elapsed() >= SILENCE {
+            return Err(DataError::Silent(SILENCE));
+        }
+    }
+}
+
+/// A stream's sending end.
+#[derive(Debug)]
+pub struct Sender {
+    ep: Endpoint,
+    peer: Addr,
+    transport: Transport,
+    key: RegionKey,
+}
+
+impl Sender {
+    /// Opens endpoint `id` of `node` for the receiving end `end` of node
+    /// `peer`, over `transport`; it connects with its first chunk (a
+    /// stream with none never does: its receiver may be gone already).
+    pub fn open(
+        node: &Node,
+        id: u32,
+        peer: u32,
+        end: StreamEnd,
+        transport: Transport,
+    ) -> macrolink_fabric::Result<Sender> {
+        Ok(Sender {
+            ep: node.open(id, endpoint_config())?,
+            peer: Addr::new(peer, end.ep),
+            transport,
+            key: RegionKey(end.key),
+        })
+    }
+
+    /// Sends stream `s` of `n` of `shape` from `source`; returns the digests
+    /// of its chunks by chunk index once the receiver has taken them all.
+    pub fn run(
+        mut self,
+        shape: &Shape,
+        s: u32,
+        n: u32,
+        source: &dyn Source,
+        shared: &Shared,
+    ) -> Result<Vec<(u64, Digest)>, DataError> {
+        let r = self.send(shape, s, n, source, shared);
+        if r.is_err() {
+            shared.abort.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn send(
+        &mut self,
+        shape: &Shape,
+        s: u32,
+        n: u32,
+        source: &dyn Source,
+        shared: &Shared,
+    ) -> Result<Vec<(u64, Digest)>, DataError> {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        let mut buf = [0u8; 64];
+        let mut in_flight = 0u32;
+        let mut target = None;
+        for (k, index) in (s as u64..shape.chunks()).step_by(n as usize).enumerate() {
+            let t = match target {
+                Some(t) => t,
+                None => *target.insert(self.ep.target_via(self.peer, Mode::Put, self.transport)?),
+            };
+            while in_flight == shape.slots {
+                in_flight = in_flight.saturating_sub(self.credits(&mut buf, shared)?);
+            }
+            let (file_off, len) = shape.chunk_at(index);
+            let slot_off = (k as u64 % shape.slots as u64) * shape.chunk as u64;
+            let mut digest = [0u8; 16];
+            let mut read_error = None;
+            let posted = self
+                .ep
+                .put_from(t, len, slot_off, self.key, true, &mut scratch, |dst| {
+                    let r = source.read_at(dst, file_off);
+                    if r.is_ok() {
+                        digest = sums::chunk(dst);
+                    }
+                    r.inspect_err(|e| read_error = Some(io::Error::new(e.kind(), e.to_string())))
+                });
+            if let Some(e) = read_error {
+                return Err(DataError::File(e));
+            }
+            posted?;
+            out.push((index, digest));
+            in_flight += 1;
+            shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+        while in_flight > 0 {
+            in_flight = in_flight.saturating_sub(self.credits(&mut buf, shared)?);
+        }
+        Ok(out)
+    }
+
+    /// Waits for credits; returns how many slots they free.
+    fn credits(&mut self, buf: &mut [u8], shared: &Shared) -> Result<u32, DataError> {
+        let r = wait(&mut self.ep, buf, shared)?;
+        match (r.kind, r.len) {
+            (RecvKind::Message(Mode::Reliable), 4) => {
+                Ok(u32::from_le_bytes(buf[..4].try_into().expect("four bytes")))
+            }
+            (kind, len) => Err(DataError::Protocol(format!(
+                "expected a credit, got {kind:?} of {len} bytes"
+            ))),
+        }
+    }
+}
+
+/// Waits for a stream thread; a panic there is a failed stream.
+pub(crate) fn join<T>(
+    h: thread::ScopedJoinHandle<'_, Result<T, DataError>>,
+) -> Result<T, DataError> {
+    h.join()
+        .unwrap_or_else(|_| Err(DataError::Protocol("a stream thread panicked".into())))
+}
+
+/// The transfer's digest from its streams' results, or the failure that
+/// explains it best (a file error before a broken stream).
+pub fn gather(
+    shape: &Shape,
+    results: Vec<Result<Vec<(u64, Digest)>, DataError>>,
+) -> Result<Digest, Failure> {
+    let mut c = Collector::new(shape.chunks() as usize);
+    let mut first: Option<Failure> = None;
+    for r in results {
+        match r {
+            Ok(list) => {
+                for (i, d) in list {
+                    c.add(i as usize, d);
+                }
+            }
+            Err(DataError::File(e)) => {
+                first = Some(Failure::new(code_of(&e), e.to_string()));
+            }
+            Err(DataError::Aborted) => {}
+            Err(e) => {
+                if first.is_none() {
+                    first = Some(Failure::new(Code::Lost, e.to_string()));
+                }
+            }
+        }
+    }
+    if let Some(f) = first {
+        return Err(f);
+    }
+    c.finish().map_err(|i| {
+        Failure::new(
+            Code::Lost,
+            format!("chunk {i} never arrived; the transfer was cut short"),
+        )
+    })
+}

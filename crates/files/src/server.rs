@@ -1,0 +1,323 @@
+//! `macrolink serve`: accepts contact connections, authenticates them, and
+//! runs each as a session thread over one export.
+
+use macrolink_fabric::{Node, NodeConfig};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use crate::auth::{self, Secret};
+use crate::ops::{Export, Failure};
+use crate::proto::{self, Code, FabricInfo, Reply, Request};
+use crate::wire_io;
+
+pub(crate) mod session;
+
+/// How long a client may take to authenticate.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Limits that keep one client from taking the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections in all.
+    pub connections: usize,
+    /// Connections from one client address.
+    pub connections_per_client: usize,
+    /// Files one client address may have open at once.
+    pub open_files_per_client: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: 256,
+            connections_per_client: 32,
+            open_files_per_client: 64,
+        }
+    }
+}
+
+/// Settings of a server.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Directory exported.
+    pub root: PathBuf,
+    /// Contact address.
+    pub listen: SocketAddr,
+    /// Shared secret clients must prove.
+    pub secret: Secret,
+    /// Refuse every write.
+    pub read_only: bool,
+    /// Limits.
+    pub limits: Limits,
+    /// Directory where fabric nodes of this host meet (shared memory).
+    pub shm_dir: PathBuf,
+}
+
+/// What every session shares.
+#[derive(Debug)]
+struct Shared {
+    export: Export,
+    secret: Secret,
+    limits: Limits,
+    node: Node,
+    host: String,
+    shm_dir: PathBuf,
+    next_ep: AtomicU32,
+    clients: Mutex<HashMap<IpAddr, Usage>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    connections: usize,
+    open_files: usize,
+}
+
+impl Shared {
+    fn ep_id(&self) -> u32 {
+        self.next_ep.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn usage(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Usage>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a connection from `ip`, unless a limit is reached.
+    fn admit(&self, ip: IpAddr) -> Result<(), Failure> {
+        let mut u = self.usage();
+        let total: usize = u.values().map(|c| c.connections).sum();
+        let mine = u.entry(ip).or_default();
+        if total >= self.limits.connections
+            || mine.connections >= self.limits.connections_per_client
+        {
+            return Err(Failure::new(
+                Code::Busy,
+                format!(
+                    "too many connections ({total} in all, {} from {ip})",
+                    mine.connections
+                ),
+            ));
+        }
+        mine.connections += 1;
+        Ok(())
+    }
+
+    fn leave(&self, ip: IpAddr) {
+        let mut u = self.usage();
+        if let Some(c) = u.get_mut(&ip) {
+            c.connections -= 1;
+            if c.connections == 0 && c.open_files == 0 {
+                u.remove(&ip);
+            }
+        }
+    }
+
+    /// Counts an open file of `ip`; the guard gives it back.
+    fn open_file(self: &Arc<Self>, ip: IpAddr) -> Result<OpenFile, Failure> {
+        let mut u = self.usage();
+        let mine = u.entry(ip).or_default();
+        if mine.open_files >= self.limits.open_files_per_client {
+            return Err(Failure::new(
+                Code::Busy,
+                format!("{ip} has {} files open, the limit", mine.open_files),
+            ));
+        }
+        mine.open_files += 1;
+        Ok(OpenFile {
+            shared: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One open file counted against its client.
+#[derive(Debug)]
+struct OpenFile {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if let Some(c) = self.shared.usage().get_mut(&self.ip) {
+            c.open_files -= 1;
+        }
+    }
+}
+
+/// A bound server.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+/// The kernel's boot id: processes that share it share memory.
+pub fn host_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A random id for a fabric node that is nobody's rank.
+pub fn random_node_id() -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(u32::from_le_bytes(b) | 0x8000_0000)
+}
+
+impl Server {
+    /// Opens the export and binds the contact address and the fabric node.
+    pub fn bind(cfg: ServeConfig) -> io::Result<Server> {
+        let export = Export::open(&cfg.root, cfg.read_only)
+            .map_err(|e| io::Error::new(e.kind(), format!("export {}: {e}", cfg.root.display())))?;
+        let listener = TcpListener::bind(cfg.listen)?;
+        let mut node_cfg = NodeConfig::local(random_node_id()?, &cfg.shm_dir);
+        node_cfg.tcp = Some(SocketAddr::new(cfg.listen.ip(), 0));
+        node_cfg.udp = None;
+        let node = Node::start(node_cfg).map_err(io::Error::other)?;
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                export,
+                secret: cfg.secret,
+                limits: cfg.limits,
+                node,
+                host: host_id(),
+                shm_dir: cfg.shm_dir,
+                next_ep: AtomicU32::new(1),
+                clients: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The contact address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until the listener fails.
+    pub fn run(self) -> io::Result<()> {
+        loop {
+            let (stream, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc_emfile()) => {
+                    tracing::warn!("accept: {e}; waiting");
+                    thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let shared = self.shared.clone();
+            thread::spawn(move || serve_connection(shared, stream, peer));
+        }
+    }
+}
+
+/// EMFILE: out of file descriptors, which passes.
+fn libc_emfile() -> i32 {
+    24
+}
+
+fn refuse(stream: &mut TcpStream, f: Failure) {
+    let _ = wire_io::send(
+        stream,
+        &Reply::Error {
+            code: f.code,
+            message: f.message,
+        },
+    );
+}
+
+fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
+    let ip = peer.ip();
+    if let Err(f) = shared.admit(ip) {
+        tracing::info!("{peer}: refused: {}", f.message);
+        refuse(&mut stream, f);
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    match authenticate(&shared, &mut stream) {
+        Ok(client) => {
+            tracing::info!("{peer}: authenticated");
+            if let Err(e) = session::Session::new(shared.clone(), stream, ip, client).run() {
+                tracing::info!("{peer}: session ended: {e}");
+            }
+        }
+        Err(f) => {
+            tracing::warn!("{peer}: not authenticated: {}", f.message);
+            refuse(&mut stream, f);
+        }
+    }
+    shared.leave(ip);
+}
+
+/// Runs the challenge; returns the client's fabric node.
+fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, Failure> {
+    let io_fail = |e: &dyn std::fmt::Display| Failure::new(Code::Auth, format!("handshake: {e}"));
+    let nonce = auth::nonce().map_err(|e| io_fail(&e))?;
+    stream
+        .set_read_timeout(Some(AUTH_TIMEOUT))
+        .map_err(|e| io_fail(&e))?;
+    wire_io::send(
+        stream,
+        &Reply::Challenge {
+            version: proto::VERSION,
+            nonce,
+        },
+    )
+    .map_err(|e| io_fail(&e))?;
+    let req: Request = wire_io::recv(stream, proto::MAX_REQUEST).map_err(|e| io_fail(&e))?;
+    let Request::Auth {
+        version,
+        proof,
+        nonce: client_nonce,
+        fabric,
+    } = req
+    else {
+        return Err(Failure::new(Code::Auth, "authenticate first"));
+    };
+    if version != proto::VERSION {
+        return Err(Failure::new(
+            Code::BadRequest,
+            format!(
+                "client speaks protocol version {version}, this server {}",
+                proto::VERSION
+            ),
+        ));
+    }
+    if !auth::proof_matches(&shared.secret.client_proof(&nonce), &proof) {
+        return Err(Failure::new(
+            Code::Auth,
+            "authentication failed: wrong secret",
+        ));
+    }
+    let local = stream.local_addr().map_err(|e| io_fail(&e))?;
+    let port = shared.node.tcp_addr().map(|a| a.port()).unwrap_or(0);
+    let mine = FabricInfo {
+        node: shared.node.id(),
+        host: shared.host.clone(),
+        shm_dir: shared.shm_dir.display().to_string(),
+        tcp: SocketAddr::new(local.ip(), port).to_string(),
+        shm: true,
+    };
+    wire_io::send(
+        stream,
+        &Reply::Welcome {
+            proof: shared.secret.server_proof(&client_nonce),
+            fabric: mine,
+        },
+    )
+    .map_err(|e| io_fail(&e))?;
+    stream.set_read_timeout(None).map_err(|e| io_fail(&e))?;
+    if let Ok(addr) = fabric.tcp.parse() {
+        shared.node.add_peer(fabric.node, addr);
+    }
+    Ok(fabric)
+}

@@ -1,0 +1,407 @@
+//! A server and clients in one process, over shared memory and TCP.
+
+use macrolink_fabric::Transport;
+use macrolink_files::auth::Secret;
+use macrolink_files::copy::{Copier, CopyOptions, Location};
+use macrolink_files::proto::{self, Code, Kind, Reply, Request};
+use macrolink_files::{exit, Client, ClientOptions, Error, Limits, ServeConfig, Server};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+
+const SECRET: &[u8] = b"test secret of enough bytes";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    addr: String,
+}
+
+impl Fixture {
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("export")
+    }
+    fn local(&self) -> PathBuf {
+        self.dir.path().join("local")
+    }
+    fn shm(&self) -> PathBuf {
+        self.dir.path().join("shm")
+    }
+    fn url(&self, path: &str) -> Location {
+        format!("ml://{}/{path}", self.addr).parse().unwrap()
+    }
+    fn options(&self, transport: Transport) -> CopyOptions {
+        CopyOptions {
+            client: ClientOptions {
+                shm_dir: self.shm(),
+                no_shm: transport == Transport::Tcp,
+            },
+            ..CopyOptions::default()
+        }
+    }
+    fn copier(&self, transport: Transport) -> Copier {
+        Copier::new(Secret::new(SECRET).unwrap(), self.options(transport))
+    }
+    fn client(&self, secret: &[u8]) -> Result<Client, Error> {
+        let opts = ClientOptions {
+            shm_dir: self.shm(),
+            no_shm: false,
+        };
+        Client::connect(&self.addr, &Secret::new(secret).unwrap(), &opts)
+    }
+}
+
+fn serve(read_only: bool, limits: Limits) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["export", "local", "shm"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    let server = Server::bind(ServeConfig {
+        root: dir.path().join("export"),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        secret: Secret::new(SECRET).unwrap(),
+        read_only,
+        limits,
+        shm_dir: dir.path().join("shm"),
+    })
+    .unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    std::thread::spawn(move || server.run());
+    Fixture { dir, addr }
+}
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn no_partials(dir: &Path) {
+    for e in walk(dir) {
+        assert!(
+            !e.to_string_lossy().ends_with(".ml-part"),
+            "partial file left: {}",
+            e.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+#[test]
+fn files_of_every_size_round_trip_over_shm_and_tcp() {
+    let f = serve(false, Limits::default());
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let mut opts = f.options(transport);
+        opts.streams = 3;
+        opts.chunk = 64 << 10;
+        opts.slots = 4;
+        let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+        for (i, size) in [0usize, 1, 4095, (1 << 20) + 1].into_iter().enumerate() {
+            let data = pattern(size, i as u64 + 7);
+            let src = f.local().join(format!("up-{transport}-{size}"));
+            std::fs::write(&src, &data).unwrap();
+            let name = format!("f-{transport}-{size}");
+            let r = c.copy(&Location::Local(src), &f.url(&name)).unwrap();
+            assert_eq!((r.files, r.bytes), (1, size as u64));
+            assert_eq!(std::fs::read(f.root().join(&name)).unwrap(), data);
+            let back = f.local().join(format!("down-{transport}-{size}"));
+            let r = c
+                .copy(&f.url(&name), &Location::Local(back.clone()))
+                .unwrap();
+            assert_eq!((r.files, r.bytes), (1, size as u64));
+            assert_eq!(std::fs::read(&back).unwrap(), data, "size {size}");
+        }
+        assert_eq!(
+            f.client(SECRET).unwrap().transport(),
+            Transport::Shm,
+            "same host, same directory"
+        );
+    }
+    no_partials(f.dir.path());
+}
+
+#[test]
+fn a_large_file_round_trips_with_parallel_streams() {
+    let f = serve(false, Limits::default());
+    let data = pattern(256 << 20, 99);
+    let src = f.local().join("big");
+    std::fs::write(&src, &data).unwrap();
+    let mut opts = f.options(Transport::Shm);
+    opts.streams = 2;
+    let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+    c.copy(&Location::Local(src), &f.url("big")).unwrap();
+    let back = f.local().join("big.back");
+    let r = c
+        .copy(&f.url("big"), &Location::Local(back.clone()))
+        .unwrap();
+    assert_eq!(r.bytes, 256 << 20);
+    assert!(std::fs::read(&back).unwrap() == data, "content differs");
+    // To a device: written in place, nothing renamed over it.
+    let r = c
+        .copy(&f.url("big"), &Location::Local("/dev/null".into()))
+        .unwrap();
+    assert_eq!(r.bytes, 256 << 20);
+    no_partials(f.dir.path());
+}
+
+#[test]
+fn directories_copy_both_ways_and_metadata_ops_work() {
+    let f = serve(false, Limits::default());
+    let tree = f.local().join("tree");
+    std::fs::create_dir_all(tree.join("a/b")).unwrap();
+    std::fs::create_dir_all(tree.join("empty")).unwrap();
+    std::fs::write(tree.join("top"), b"top").unwrap();
+    std::fs::write(tree.join("a/b/deep"), pattern(70_000, 3)).unwrap();
+    let mut c = f.copier(Transport::Shm);
+    assert_eq!(
+        c.copy(&Location::Local(tree.clone()), &f.url("t"))
+            .unwrap_err()
+            .exit_code(),
+        exit::USAGE,
+        "a directory needs -r"
+    );
+    let mut opts = f.options(Transport::Shm);
+    opts.recursive = true;
+    let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+    let r = c.copy(&Location::Local(tree.clone()), &f.url("")).unwrap();
+    assert_eq!(r.files, 2);
+    assert_eq!(
+        std::fs::read(f.root().join("tree/a/b/deep")).unwrap(),
+        pattern(70_000, 3)
+    );
+    assert!(f.root().join("tree/empty").is_dir());
+    let back = f.local().join("back");
+    c.copy(&f.url("tree"), &Location::Local(back.clone()))
+        .unwrap();
+    assert_eq!(std::fs::read(back.join("top")).unwrap(), b"top");
+    assert_eq!(
+        std::fs::read(back.join("a/b/deep")).unwrap(),
+        pattern(70_000, 3)
+    );
+
+    let mut cl = f.client(SECRET).unwrap();
+    let names: Vec<_> = cl
+        .list("tree")
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, ["a", "empty", "top"]);
+    assert_eq!(cl.stat("tree/top").unwrap().size, 3);
+    assert_eq!(cl.stat("tree").unwrap().kind, Kind::Dir);
+    cl.mkdir("x/y", true).unwrap();
+    let e = cl.mkdir("x", false).unwrap_err();
+    assert_eq!(e.exit_code(), exit::CONFLICT, "{e}");
+    let e = cl.remove("tree", false).unwrap_err();
+    assert_eq!(e.exit_code(), exit::CONFLICT, "not empty: {e}");
+    cl.remove("tree", true).unwrap();
+    assert!(!f.root().join("tree").exists());
+    let e = cl.stat("tree").unwrap_err();
+    assert_eq!(e.exit_code(), exit::NOT_FOUND);
+}
+
+#[test]
+fn wrong_secret_is_refused_before_any_operation() {
+    let f = serve(false, Limits::default());
+    let e = f.client(b"not the right secret at all").unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Remote {
+                code: Code::Auth,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.exit_code(), exit::REFUSED);
+    // A client that skips authentication gets nothing done.
+    let mut s = TcpStream::connect(&f.addr).unwrap();
+    let _challenge = read_reply(&mut s);
+    s.write_all(&proto::encode(&Request::Remove {
+        path: "x".into(),
+        recursive: true,
+    }))
+    .unwrap();
+    assert!(matches!(
+        read_reply(&mut s),
+        Some(Reply::Error {
+            code: Code::Auth,
+            ..
+        })
+    ));
+}
+
+fn read_reply(s: &mut TcpStream) -> Option<Reply> {
+    let mut p = [0u8; 4];
+    s.read_exact(&mut p).ok()?;
+    let mut body = vec![0u8; proto::frame_len(p, proto::MAX_REPLY).ok()?];
+    s.read_exact(&mut body).ok()?;
+    proto::decode(&body).ok()
+}
+
+#[test]
+fn paths_that_leave_the_export_are_refused() {
+    let f = serve(false, Limits::default());
+    std::fs::write(f.dir.path().join("outside"), b"secret").unwrap();
+    std::os::unix::fs::symlink("..", f.root().join("up")).unwrap();
+    let mut cl = f.client(SECRET).unwrap();
+    for p in [
+        "../outside",
+        "/etc/passwd",
+        "a/../../outside",
+        "up/outside",
+        "up",
+    ] {
+        let e = cl.stat(p).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Remote {
+                    code: Code::Escape,
+                    ..
+                }
+            ),
+            "{p}: {e:?}"
+        );
+    }
+    let mut c = f.copier(Transport::Shm);
+    let src = f.local().join("f");
+    std::fs::write(&src, b"data").unwrap();
+    for p in ["../evil", "up/evil", "/tmp/evil"] {
+        let e = c
+            .copy(&Location::Local(src.clone()), &f.url(p))
+            .unwrap_err();
+        assert_eq!(e.exit_code(), exit::REFUSED, "{p}: {e}");
+    }
+    let e = c
+        .copy(
+            &f.url("up/outside"),
+            &Location::Local(f.local().join("got")),
+        )
+        .unwrap_err();
+    assert_eq!(e.exit_code(), exit::REFUSED);
+    assert!(!f.dir.path().join("evil").exists());
+    assert!(!f.local().join("got").exists());
+}
+
+#[test]
+fn read_only_exports_refuse_writes_and_serve_reads() {
+    let f = serve(true, Limits::default());
+    std::fs::write(f.root().join("ro"), b"read me").unwrap();
+    let mut c = f.copier(Transport::Tcp);
+    let src = f.local().join("f");
+    std::fs::write(&src, b"data").unwrap();
+    let e = c.copy(&Location::Local(src), &f.url("new")).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Remote {
+                code: Code::ReadOnly,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!f.root().join("new").exists());
+    no_partials(&f.root());
+    let got = f.local().join("ro");
+    c.copy(&f.url("ro"), &Location::Local(got.clone())).unwrap();
+    assert_eq!(std::fs::read(got).unwrap(), b"read me");
+    let mut cl = f.client(SECRET).unwrap();
+    assert!(cl.remove("ro", false).is_err());
+    assert!(f.root().join("ro").exists());
+}
+
+#[test]
+fn malformed_requests_get_an_error_and_others_are_still_served() {
+    let f = serve(false, Limits::default());
+    let mut good = f.client(SECRET).unwrap();
+    // Authenticated, then garbage.
+    let mut bad = TcpStream::connect(&f.addr).unwrap();
+    let Some(Reply::Challenge { nonce, .. }) = read_reply(&mut bad) else {
+        panic!("no challenge")
+    };
+    let secret = Secret::new(SECRET).unwrap();
+    bad.write_all(&proto::encode(&Request::Auth {
+        version: proto::VERSION,
+        proof: secret.client_proof(&nonce),
+        nonce: [0; 32],
+        fabric: proto::FabricInfo {
+            node: 1,
+            host: String::new(),
+            shm_dir: String::new(),
+            tcp: "127.0.0.1:1".into(),
+            shm: false,
+        },
+    }))
+    .unwrap();
+    assert!(matches!(read_reply(&mut bad), Some(Reply::Welcome { .. })));
+    bad.write_all(&[5, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc, 0xfb])
+        .unwrap();
+    assert!(matches!(
+        read_reply(&mut bad),
+        Some(Reply::Error {
+            code: Code::BadRequest,
+            ..
+        })
+    ));
+    // An oversized frame too.
+    let mut big = TcpStream::connect(&f.addr).unwrap();
+    let _ = read_reply(&mut big);
+    big.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    assert!(matches!(read_reply(&mut big), Some(Reply::Error { .. })));
+    // A well-formed request out of turn is refused and the session goes on.
+    assert!(good.mkdir("still", false).is_ok());
+    let e = good.sums("nothing", 1, false).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::Remote {
+            code: Code::BadRequest,
+            ..
+        }
+    ));
+    assert_eq!(good.stat("still").unwrap().kind, Kind::Dir);
+}
+
+#[test]
+fn connection_limits_are_enforced() {
+    let f = serve(
+        false,
+        Limits {
+            connections_per_client: 2,
+            ..Limits::default()
+        },
+    );
+    let _a = f.client(SECRET).unwrap();
+    let _b = f.client(SECRET).unwrap();
+    let e = f.client(SECRET).unwrap_err();
+    assert_eq!(e.exit_code(), exit::BUSY, "{e}");
+    drop(_a);
+    // The slot comes back once the server notices the close.
+    let mut ok = false;
+    for _ in 0..50 {
+        if f.client(SECRET).is_ok() {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(ok, "a closed connection frees its slot");
+}
