@@ -1,6 +1,6 @@
 //! `macrolink`: the command line.
 
-use macrolink::{bench, demo, echo, roles, up};
+use macrolink::{bench, demo, echo, files, roles, up};
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +31,19 @@ enum Command {
     /// Answer every message with the same message, and every notified put
     /// with the bytes it placed. Prints its addresses on the first line.
     Echo(echo::Args),
+    /// Export a directory: the file service's storage side.
+    Serve(files::ServeArgs),
+    /// Copy files or directories between here and an ml://host/path export,
+    /// verified end to end.
+    Cp(files::CpArgs),
+    /// List a remote directory.
+    Ls(files::PathArgs),
+    /// Show a remote path's metadata.
+    Stat(files::PathArgs),
+    /// Remove a remote file, or with -r a directory.
+    Rm(files::PathArgs),
+    /// Make a remote directory, with -p its parents too.
+    Mkdir(files::PathArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,7 +54,14 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let client = |r: Result<(), macrolink_files::Error>| std::process::exit(files::finish(r));
     match Cli::parse().command {
+        Command::Serve(a) => files::serve(a),
+        Command::Cp(a) => client(files::cp(a)),
+        Command::Ls(a) => client(files::ls(a)),
+        Command::Stat(a) => client(files::stat(a)),
+        Command::Rm(a) => client(files::rm(a)),
+        Command::Mkdir(a) => client(files::mkdir(a)),
         Command::Up(a) => up::up(a),
         Command::Node(a) => up::node(a),
         Command::Demo(a) => demo::run(a),

@@ -84,6 +84,8 @@ pub struct CopyOptions {
     pub sync: bool,
     /// Copy directories with everything in them.
     pub recursive: bool,
+    /// Bytes per second a file's streams may move together, if limited.
+    pub limit_rate: Option<u64>,
     /// Client settings.
     pub client: ClientOptions,
 }
@@ -97,6 +99,7 @@ impl Default for CopyOptions {
             resume: false,
             sync: false,
             recursive: false,
+            limit_rate: None,
             client: ClientOptions::default(),
         }
     }
@@ -271,7 +274,7 @@ impl Copier {
             .open(&part)
             .map_err(|e| Error::local(part.display(), e))?;
         let shape = self.shape(start, u64::MAX - start);
-        let shared = data::Shared::counting(progress.done.clone());
+        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
         let mut size = 0;
         self.started(path, 0);
         let got =
@@ -389,7 +392,7 @@ impl Copier {
         }
         self.started(path, size - start);
         let shape = self.shape(start, size - start);
-        let shared = data::Shared::counting(progress.done.clone());
+        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
         let landing = Landing::Replace {
             keep_partial: opts.resume,
         };

@@ -85,14 +85,54 @@ pub struct Shared {
     pub bytes: std::sync::Arc<AtomicU64>,
     /// Set to stop every stream.
     pub abort: AtomicBool,
+    /// Bytes per second the streams together may move, if limited.
+    pub limit: Option<Pace>,
+}
+
+/// A rate limit shared by a transfer's streams.
+#[derive(Debug)]
+pub struct Pace {
+    start: std::time::Instant,
+    rate: u64,
+    moved: AtomicU64,
+}
+
+impl Pace {
+    /// At most `rate` bytes per second from now on.
+    pub fn new(rate: u64) -> Pace {
+        Pace {
+            start: std::time::Instant::now(),
+            rate: rate.max(1),
+            moved: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `n` bytes about to move and sleeps until they may.
+    fn take(&self, n: u64, shared: &Shared) -> Result<(), DataError> {
+        let moved = self.moved.fetch_add(n, Ordering::Relaxed) + n;
+        let due = Duration::from_secs_f64(moved as f64 / self.rate as f64);
+        while let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            shared.check()?;
+            std::thread::sleep(wait.min(TICK));
+        }
+        Ok(())
+    }
 }
 
 impl Shared {
     /// A transfer that counts its bytes on `bytes`.
-    pub fn counting(bytes: std::sync::Arc<AtomicU64>) -> Shared {
+    pub fn counting(bytes: std::sync::Arc<AtomicU64>, limit: Option<u64>) -> Shared {
         Shared {
             bytes,
             abort: AtomicBool::new(false),
+            limit: limit.map(Pace::new),
+        }
+    }
+
+    fn pace(&self, n: usize) -> Result<(), DataError> {
+        match &self.limit {
+            Some(p) => p.take(n as u64, self),
+            None => Ok(()),
         }
     }
 
@@ -182,6 +222,7 @@ impl Receiver {
                     )))
                 }
             }
+            shared.pace(len)?;
             let region = self.ep.region(self.key).expect("registered at open");
             let data = &region[slot_off as usize..slot_off as usize + len];
             out.push((index, sums::chunk(data)));
@@ -282,6 +323,7 @@ impl Sender {
                 in_flight = in_flight.saturating_sub(self.credits(&mut buf, shared)?);
             }
             let (file_off, len) = shape.chunk_at(index);
+            shared.pace(len)?;
             let slot_off = (k as u64 % shape.slots as u64) * shape.chunk as u64;
             let mut digest = [0u8; 16];
             let mut read_error = None;

@@ -1,0 +1,316 @@
+//! `macrolink serve`, `cp`, `ls`, `stat`, `rm`, `mkdir`: the file service
+//! on the command line. Client commands exit with the codes of
+//! [`macrolink_files::exit`], so scripts can tell a missing file from a
+//! refused one from a broken connection.
+
+use clap::Args as ClapArgs;
+use indicatif::{ProgressBar, ProgressStyle};
+use macrolink_files::auth::Secret;
+use macrolink_files::copy::{Copier, CopyOptions, Location, DEFAULT_PORT};
+use macrolink_files::proto::{Kind, Meta};
+use macrolink_files::{exit, Client, ClientOptions, Error, Limits, ServeConfig, Server};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Where the shared secret comes from.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct SecretArgs {
+    /// File holding the shared secret (at least 16 bytes). Also
+    /// MACROLINK_SECRET_FILE; MACROLINK_SECRET may hold the secret itself.
+    #[arg(long, env = "MACROLINK_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    fn load(&self) -> Result<Secret, Error> {
+        let bytes = match (&self.secret_file, std::env::var_os("MACROLINK_SECRET")) {
+            (Some(p), _) => std::fs::read(p).map_err(|e| Error::local(p.display(), e))?,
+            (None, Some(s)) => s.into_encoded_bytes(),
+            (None, None) => {
+                return Err(Error::Usage(
+                    "no secret: give --secret-file FILE or set MACROLINK_SECRET".into(),
+                ))
+            }
+        };
+        Secret::new(&bytes).map_err(|e| Error::Usage(e.to_string()))
+    }
+}
+
+/// `macrolink serve`.
+#[derive(Debug, ClapArgs)]
+pub struct ServeArgs {
+    /// Directory to export.
+    root: PathBuf,
+    /// Contact address (port 0 picks one; the first line of output names it).
+    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    listen: SocketAddr,
+    /// Refuse every write.
+    #[arg(long)]
+    read_only: bool,
+    /// Connections in all.
+    #[arg(long, default_value_t = Limits::default().connections)]
+    max_connections: usize,
+    /// Connections from one client address.
+    #[arg(long, default_value_t = Limits::default().connections_per_client)]
+    max_per_client: usize,
+    /// Files one client address may have open at once.
+    #[arg(long, default_value_t = Limits::default().open_files_per_client)]
+    max_open_per_client: usize,
+    /// Directory where fabric nodes of this host meet.
+    #[arg(long)]
+    shm_dir: Option<PathBuf>,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+/// Runs a server until killed.
+pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let secret = a.secret.load()?;
+    let server = Server::bind(ServeConfig {
+        root: a.root.clone(),
+        listen: a.listen,
+        secret,
+        read_only: a.read_only,
+        limits: Limits {
+            connections: a.max_connections,
+            connections_per_client: a.max_per_client,
+            open_files_per_client: a.max_open_per_client,
+        },
+        shm_dir: a.shm_dir.unwrap_or_else(macrolink_fabric::default_shm_dir),
+    })?;
+    let addr = server.local_addr()?;
+    println!(
+        "ready tcp={addr} url=ml://{addr}/ root={}{}",
+        a.root.display(),
+        if a.read_only { " read-only" } else { "" }
+    );
+    server.run()?;
+    Ok(())
+}
+
+/// Options every client command takes.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    secret: SecretArgs,
+    /// Move data over TCP even when the server shares this host's memory.
+    #[arg(long)]
+    no_shm: bool,
+    /// Directory where fabric nodes of this host meet.
+    #[arg(long)]
+    shm_dir: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    fn options(&self) -> ClientOptions {
+        ClientOptions {
+            shm_dir: self
+                .shm_dir
+                .clone()
+                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+            no_shm: self.no_shm,
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Result<u32, String> {
+    let n = parse_size::parse_size(s).map_err(|e| e.to_string())?;
+    u32::try_from(n).map_err(|_| format!("{s}: too large"))
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// `macrolink cp`.
+#[derive(Debug, ClapArgs)]
+pub struct CpArgs {
+    /// Source: a local path or ml://host[:port]/path.
+    src: String,
+    /// Destination: a local path or ml://host[:port]/path (an existing
+    /// directory receives the source under its own name).
+    dst: String,
+    /// Copy directories with everything in them.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Parallel data streams per file.
+    #[arg(long, default_value_t = 2)]
+    streams: u32,
+    /// Chunk size (e.g. 1MiB).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    chunk: u32,
+    /// Chunks in flight per stream.
+    #[arg(long, default_value_t = 8)]
+    slots: u32,
+    /// Continue an interrupted copy from its partial file; a failed copy
+    /// keeps its partial file for the next try.
+    #[arg(long)]
+    resume: bool,
+    /// Count the copy done only once the data is on stable storage (fsync).
+    #[arg(long)]
+    sync: bool,
+    /// Move at most this many bytes per second (e.g. 100MB).
+    #[arg(long, value_parser = parse_rate)]
+    limit_rate: Option<u64>,
+    /// No progress bar, no summary.
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Runs a client command; returns the exit code after printing any error.
+pub fn finish(r: Result<(), Error>) -> i32 {
+    match r {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("macrolink: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn bar(progress: &macrolink_files::copy::Progress) -> ProgressBar {
+    let pb = ProgressBar::new(progress.total.load(Ordering::Relaxed));
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg:20!} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Copies SRC to DST.
+pub fn cp(a: CpArgs) -> Result<(), Error> {
+    let src: Location = a.src.parse()?;
+    let dst: Location = a.dst.parse()?;
+    let opts = CopyOptions {
+        streams: a.streams,
+        chunk: a.chunk,
+        slots: a.slots,
+        resume: a.resume,
+        sync: a.sync,
+        recursive: a.recursive,
+        limit_rate: a.limit_rate,
+        client: a.client.options(),
+    };
+    let mut copier = Copier::new(a.client.secret.load()?, opts);
+    let progress = copier.progress.clone();
+    let show = !a.quiet && std::io::stderr().is_terminal();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let ticker = show.then(|| {
+        std::thread::spawn(move || {
+            let pb = bar(&progress);
+            loop {
+                pb.set_length(progress.total.load(Ordering::Relaxed));
+                pb.set_position(progress.done.load(Ordering::Relaxed));
+                if let Ok(name) = progress.current.lock() {
+                    pb.set_message(name.clone());
+                }
+                if stop_rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+                    break;
+                }
+            }
+            pb.finish_and_clear();
+        })
+    });
+    let r = copier.copy(&src, &dst);
+    drop(stop_tx);
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    let r = r?;
+    if !a.quiet {
+        eprintln!(
+            "{} file{}, {} bytes in {:.2} s ({:.1} MB/s){}",
+            r.files,
+            if r.files == 1 { "" } else { "s" },
+            r.bytes,
+            r.secs,
+            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
+            if r.resumed > 0 {
+                format!(", {} bytes resumed", r.resumed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+/// `macrolink ls`, `stat`, `rm`, `mkdir`.
+#[derive(Debug, ClapArgs)]
+pub struct PathArgs {
+    /// ml://host[:port]/path
+    url: String,
+    /// ls: this path's own entry; rm: directories with their contents;
+    /// mkdir: missing parents too.
+    #[arg(short = 'r', long, alias = "parents", short_alias = 'p')]
+    recursive: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
+    match a.url.parse()? {
+        Location::Remote { server, path } => {
+            let c = Client::connect(&server, &a.client.secret.load()?, &a.client.options())?;
+            Ok((c, path))
+        }
+        Location::Local(_) => Err(Error::Usage(format!("{}: not an ml:// URL", a.url))),
+    }
+}
+
+fn line(m: &Meta) -> String {
+    let kind = match m.kind {
+        Kind::File => '-',
+        Kind::Dir => 'd',
+        Kind::Other => '?',
+    };
+    format!(
+        "{kind}{:04o} {:>14} {:>11} {}",
+        m.mode, m.size, m.mtime, m.name
+    )
+}
+
+/// Lists a directory (or shows a file's entry).
+pub fn ls(a: PathArgs) -> Result<(), Error> {
+    let (mut c, path) = remote(&a)?;
+    let m = c.stat(&path)?;
+    if m.kind == Kind::Dir {
+        for e in c.list(&path)? {
+            println!("{}", line(&e));
+        }
+    } else {
+        println!("{}", line(&m));
+    }
+    Ok(())
+}
+
+/// Shows one path's metadata.
+pub fn stat(a: PathArgs) -> Result<(), Error> {
+    let (mut c, path) = remote(&a)?;
+    let m = c.stat(&path)?;
+    println!("name: {}", m.name);
+    println!("kind: {:?}", m.kind);
+    println!("size: {}", m.size);
+    println!("mode: {:04o}", m.mode);
+    println!("mtime: {}", m.mtime);
+    Ok(())
+}
+
+/// Removes a path.
+pub fn rm(a: PathArgs) -> Result<(), Error> {
+    let (mut c, path) = remote(&a)?;
+    c.remove(&path, a.recursive)
+}
+
+/// Makes a directory.
+pub fn mkdir(a: PathArgs) -> Result<(), Error> {
+    let (mut c, path) = remote(&a)?;
+    c.mkdir(&path, a.recursive)
+}

@@ -1,0 +1,225 @@
+//! `macrolink serve` and `macrolink cp` as processes: interrupted copies,
+//! killed servers and clients, exit codes.
+
+use macrolink::peer::Peer;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+const SECRET: &str = "process test secret, long enough";
+const MB: usize = 1 << 20;
+
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["export", "local", "shm"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        Site { dir }
+    }
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("export")
+    }
+    fn local(&self) -> PathBuf {
+        self.dir.path().join("local")
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(EXE);
+        c.args(args)
+            .arg("--shm-dir")
+            .arg(self.dir.path().join("shm"))
+            .env("MACROLINK_SECRET", SECRET)
+            .env_remove("MACROLINK_SECRET_FILE");
+        c
+    }
+    fn serve(&self, extra: &[&str]) -> Peer {
+        let mut c = self.cmd(&["serve", "--listen", "127.0.0.1:0"]);
+        c.arg(self.root()).args(extra);
+        Peer::spawn_cmd(c).expect("server starts")
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).stderr(Stdio::piped()).output().unwrap()
+    }
+}
+
+fn url(p: &Peer, path: &str) -> String {
+    format!("ml://{}/{path}", p.tcp)
+}
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn partial(p: &Path) -> PathBuf {
+    let name = p.file_name().unwrap().to_str().unwrap();
+    p.with_file_name(format!(".{name}.ml-part"))
+}
+
+/// Waits until `path` holds at least `min` bytes.
+fn wait_for_bytes(path: &Path, min: u64) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(path).map_or(0, |m| m.len()) < min {
+        assert!(Instant::now() < until, "{} never grew", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn kill(c: &mut Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_killed_download_resumes_and_keeps_the_final_name_clean() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let data = pattern(24 * MB, 5);
+    std::fs::write(site.root().join("src"), &data).unwrap();
+    let dst = site.local().join("dst");
+    let mut cp = site
+        .cmd(&["cp", "-q", "--limit-rate", "16MiB", "--chunk", "256KiB"])
+        .args([url(&server, "src"), dst.display().to_string()])
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&partial(&dst), 4 * MB as u64);
+    kill(&mut cp);
+    assert!(!dst.exists(), "no file under the final name");
+    let o = site.run(&[
+        "cp",
+        "--resume",
+        "--chunk",
+        "256KiB",
+        &url(&server, "src"),
+        &dst.display().to_string(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("resumed"), "{}", stderr(&o));
+    assert!(std::fs::read(&dst).unwrap() == data, "resumed copy differs");
+    assert!(!partial(&dst).exists());
+}
+
+#[test]
+fn a_killed_server_leaves_the_old_file_and_the_upload_resumes() {
+    let site = Site::new();
+    let mut server = site.serve(&[]);
+    let final_name = site.root().join("f");
+    std::fs::write(&final_name, b"old content").unwrap();
+    let data = pattern(24 * MB, 9);
+    let src = site.local().join("f");
+    std::fs::write(&src, &data).unwrap();
+    let mut cp = site
+        .cmd(&[
+            "cp",
+            "-q",
+            "--resume",
+            "--limit-rate",
+            "16MiB",
+            "--chunk",
+            "256KiB",
+        ])
+        .args([src.display().to_string(), url(&server, "f")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&partial(&final_name), 4 * MB as u64);
+    server.kill();
+    let o = cp.wait_with_output().unwrap();
+    assert_eq!(code(&o), 6, "connection lost: {}", stderr(&o));
+    assert_eq!(std::fs::read(&final_name).unwrap(), b"old content");
+    let server = site.serve(&[]);
+    let o = site.run(&[
+        "cp",
+        "--resume",
+        "--chunk",
+        "256KiB",
+        &src.display().to_string(),
+        &url(&server, "f"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("resumed"), "{}", stderr(&o));
+    assert!(std::fs::read(&final_name).unwrap() == data);
+    assert!(!partial(&final_name).exists());
+}
+
+#[test]
+fn a_killed_client_leaves_no_partial_upload_behind() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let src = site.local().join("g");
+    std::fs::write(&src, pattern(24 * MB, 2)).unwrap();
+    let mut cp = site
+        .cmd(&["cp", "-q", "--limit-rate", "16MiB"])
+        .args([src.display().to_string(), url(&server, "g")])
+        .spawn()
+        .unwrap();
+    let part = partial(&site.root().join("g"));
+    wait_for_bytes(&part, 2 * MB as u64);
+    kill(&mut cp);
+    let until = Instant::now() + Duration::from_secs(20);
+    while part.exists() {
+        assert!(Instant::now() < until, "the partial upload stays");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!site.root().join("g").exists());
+}
+
+#[test]
+fn exit_codes_tell_failures_apart() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let ro = site.serve(&["--read-only"]);
+    std::fs::write(site.root().join("there"), b"x").unwrap();
+    let local = site.local().join("l");
+    std::fs::write(&local, b"y").unwrap();
+    let l = local.display().to_string();
+    let cases: Vec<(Vec<String>, i32)> = vec![
+        (vec!["stat".into(), url(&server, "there")], 0),
+        (vec!["stat".into(), url(&server, "missing")], 3),
+        (vec!["cp".into(), url(&server, "missing"), l.clone()], 3),
+        (vec!["stat".into(), url(&server, "../x")], 4),
+        (vec!["cp".into(), l.clone(), url(&ro, "new")], 4),
+        (vec!["mkdir".into(), url(&server, "there")], 8),
+        (vec!["ls".into(), "ml://127.0.0.1:1/".into()], 6),
+        (vec!["cp".into(), l.clone(), "/tmp/x".into()], 2),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = site.run(&args);
+        assert_eq!(code(&o), want, "{args:?}: {}", stderr(&o));
+        if want != 0 {
+            assert!(stderr(&o).starts_with("macrolink: "), "{}", stderr(&o));
+        }
+    }
+    // A wrong secret.
+    let o = site
+        .cmd(&["ls", &url(&server, "")])
+        .env("MACROLINK_SECRET", "a different secret, long enough")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    // ls shows what is there.
+    let o = site.cmd(&["ls", &url(&server, "")]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" there"));
+}
