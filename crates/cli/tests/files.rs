@@ -128,7 +128,7 @@ fn a_killed_server_leaves_the_old_file_and_the_upload_resumes() {
     let data = pattern(24 * MB, 9);
     let src = site.local().join("f");
     std::fs::write(&src, &data).unwrap();
-    let mut cp = site
+    let cp = site
         .cmd(&[
             "cp",
             "-q",
