@@ -10,12 +10,6 @@ const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// Draws MB/s over message size (log x), one curve per transport/mode/completion.
 pub fn bandwidth_png(path: &Path, title: &str, rows: &[BwRow]) -> anyhow::Result<()> {
-    let font = std::fs::read(FONT)
-        .map_err(|e| anyhow::anyhow!("{FONT}: {e} (install Debian's fonts-dejavu-core)"))?;
-    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
-
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for r in rows {
         let name = format!("{} {} {}", r.transport, r.mode, r.completion);
@@ -25,8 +19,33 @@ pub fn bandwidth_png(path: &Path, title: &str, rows: &[BwRow]) -> anyhow::Result
             None => series.push((name, vec![(r.size as f64, mbs)])),
         }
     }
-    let xmin = rows.iter().map(|r| r.size).min().unwrap_or(1).max(1) as f64;
-    let xmax = rows.iter().map(|r| r.size).max().unwrap_or(10).max(2) as f64;
+    lines_png(
+        path,
+        title,
+        ("message size (bytes)", "MB/s (10^6 bytes/s)"),
+        &series,
+    )
+}
+
+fn register_font() -> anyhow::Result<()> {
+    let font = std::fs::read(FONT)
+        .map_err(|e| anyhow::anyhow!("{FONT}: {e} (install Debian's fonts-dejavu-core)"))?;
+    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))
+}
+
+/// Draws named series of (x, y) points over a log x axis.
+pub fn lines_png(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    register_font()?;
+    let xs = || series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
+    let xmin = xs().fold(f64::INFINITY, f64::min).clamp(1.0, f64::MAX);
+    let xmax = xs().fold(2.0, f64::max).max(xmin * 2.0);
     let ymax = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
@@ -42,8 +61,8 @@ pub fn bandwidth_png(path: &Path, title: &str, rows: &[BwRow]) -> anyhow::Result
         .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax * 1.1)?;
     chart
         .configure_mesh()
-        .x_desc("message size (bytes)")
-        .y_desc("MB/s (10^6 bytes/s)")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .label_style(("sans-serif", 14))
         .draw()?;
     for (i, (name, pts)) in series.iter().enumerate() {

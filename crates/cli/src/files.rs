@@ -21,11 +21,12 @@ pub struct SecretArgs {
     /// File holding the shared secret (at least 16 bytes). Also
     /// MACROLINK_SECRET_FILE; MACROLINK_SECRET may hold the secret itself.
     #[arg(long, env = "MACROLINK_SECRET_FILE")]
-    secret_file: Option<PathBuf>,
+    pub secret_file: Option<PathBuf>,
 }
 
 impl SecretArgs {
-    fn load(&self) -> Result<Secret, Error> {
+    /// The secret, from the file or the environment.
+    pub fn load(&self) -> Result<Secret, Error> {
         let bytes = match (&self.secret_file, std::env::var_os("MACROLINK_SECRET")) {
             (Some(p), _) => std::fs::read(p).map_err(|e| Error::local(p.display(), e))?,
             (None, Some(s)) => s.into_encoded_bytes(),
@@ -95,17 +96,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
 #[derive(Debug, Clone, ClapArgs)]
 pub struct ClientArgs {
     #[command(flatten)]
-    secret: SecretArgs,
+    pub secret: SecretArgs,
     /// Move data over TCP even when the server shares this host's memory.
     #[arg(long)]
-    no_shm: bool,
+    pub no_shm: bool,
     /// Directory where fabric nodes of this host meet.
     #[arg(long)]
-    shm_dir: Option<PathBuf>,
+    pub shm_dir: Option<PathBuf>,
 }
 
 impl ClientArgs {
-    fn options(&self) -> ClientOptions {
+    /// The client settings these arguments make.
+    pub fn options(&self) -> ClientOptions {
         ClientOptions {
             shm_dir: self
                 .shm_dir
@@ -113,6 +115,23 @@ impl ClientArgs {
                 .unwrap_or_else(macrolink_fabric::default_shm_dir),
             no_shm: self.no_shm,
         }
+    }
+
+    /// The same arguments on another command line.
+    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
+        let mut out = Vec::new();
+        if let Some(p) = &self.secret.secret_file {
+            out.push("--secret-file".into());
+            out.push(p.into());
+        }
+        if self.no_shm {
+            out.push("--no-shm".into());
+        }
+        if let Some(p) = &self.shm_dir {
+            out.push("--shm-dir".into());
+            out.push(p.into());
+        }
+        out
     }
 }
 

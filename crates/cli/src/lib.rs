@@ -7,6 +7,7 @@ pub mod demo;
 pub mod echo;
 pub mod files;
 pub mod gwbench;
+pub mod iobench;
 pub mod node_args;
 pub mod peer;
 pub mod roles;

@@ -1,6 +1,6 @@
 //! `macrolink`: the command line.
 
-use macrolink::{bench, demo, echo, files, roles, up};
+use macrolink::{bench, demo, echo, files, iobench, roles, up};
 
 use clap::{Parser, Subcommand};
 
@@ -44,6 +44,12 @@ enum Command {
     Rm(files::PathArgs),
     /// Make a remote directory, with -p its parents too.
     Mkdir(files::PathArgs),
+    /// Parallel I/O benchmark: N-to-N and N-to-1 write/read, effective
+    /// bandwidth, random write; on a directory or an ml:// export.
+    Iobench(iobench::Args),
+    /// One iobench worker (started by iobench).
+    #[command(hide = true)]
+    IobenchWorker(iobench::worker::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +63,8 @@ fn main() -> anyhow::Result<()> {
     let client = |r: Result<(), macrolink_files::Error>| std::process::exit(files::finish(r));
     match Cli::parse().command {
         Command::Serve(a) => files::serve(a),
+        Command::Iobench(a) => iobench::run(a),
+        Command::IobenchWorker(a) => iobench::worker::run(a),
         Command::Cp(a) => client(files::cp(a)),
         Command::Ls(a) => client(files::ls(a)),
         Command::Stat(a) => client(files::stat(a)),

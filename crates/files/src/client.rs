@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::auth::{self, Secret};
 use crate::data::{self, gather, join, DataError, Receiver, Sender, Sink, Source};
@@ -35,6 +35,21 @@ impl Default for ClientOptions {
             no_shm: false,
         }
     }
+}
+
+/// How long the phases of one transfer took, as the parallel I/O
+/// benchmark counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moved {
+    /// Bytes moved.
+    pub bytes: u64,
+    /// From the request to the server's go (create and open there).
+    pub open: Duration,
+    /// The data.
+    pub transfer: Duration,
+    /// From the last byte to the server's final word (verify, sync,
+    /// rename: the close).
+    pub close: Duration,
 }
 
 /// A connection to a server.
@@ -192,7 +207,7 @@ impl Client {
     /// Reads `shape.len` bytes (cut to the end of the file) of `path` from
     /// `shape.offset` into `sink` over `streams` streams. `opened` learns the
     /// file's size and the bytes to come before any arrive. Returns the bytes
-    /// received, verified against the server's digest.
+    /// received, verified against the server's digest, and the phases' times.
     pub fn get(
         &mut self,
         path: &str,
@@ -201,7 +216,8 @@ impl Client {
         sink: &dyn Sink,
         shared: &data::Shared,
         opened: &mut dyn FnMut(u64, u64) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<Moved> {
+        let t0 = Instant::now();
         let mut receivers = Vec::new();
         for _ in 0..streams.max(1) {
             receivers.push(Receiver::open(&self.node, self.ep_id(), &shape)?);
@@ -216,6 +232,7 @@ impl Client {
             r => return Err(unexpected(r)),
         };
         let shape = Shape { len, ..shape };
+        let t1 = Instant::now();
         if let Err(e) = opened(size, len) {
             shared.abort.store(true, Ordering::Relaxed);
             drop(receivers);
@@ -233,6 +250,7 @@ impl Client {
                 .collect();
             handles.into_iter().map(join).collect::<Vec<_>>()
         });
+        let t2 = Instant::now();
         let reply = recv_reply(&mut self.stream);
         let ours = gather(&shape, results);
         let (bytes, theirs) = match reply? {
@@ -246,7 +264,12 @@ impl Client {
         if ours != theirs || bytes != len {
             return Err(Error::Mismatch(path.into()));
         }
-        Ok(len)
+        Ok(Moved {
+            bytes: len,
+            open: t1 - t0,
+            transfer: t2 - t1,
+            close: t2.elapsed(),
+        })
     }
 
     /// Writes `shape.len` bytes of `source` from `shape.offset` to `path`
@@ -264,7 +287,8 @@ impl Client {
         landing: Landing,
         source: &dyn Source,
         shared: &data::Shared,
-    ) -> Result<()> {
+    ) -> Result<Moved> {
+        let t0 = Instant::now();
         let n = streams.max(1);
         let ends = match self.call(&Request::Put {
             path: path.into(),
@@ -277,6 +301,7 @@ impl Client {
             Reply::Receiving { streams } if streams.len() == n as usize => streams,
             r => return Err(unexpected(r)),
         };
+        let t1 = Instant::now();
         let (peer, transport) = (self.server.node, self.transport);
         let results = thread::scope(|scope| {
             let handles: Vec<_> = ends
@@ -293,6 +318,7 @@ impl Client {
                 .collect();
             handles.into_iter().map(join).collect::<Vec<_>>()
         });
+        let t2 = Instant::now();
         let ours = gather(&shape, results);
         let digest = match &ours {
             Ok(d) => *d,
@@ -305,7 +331,12 @@ impl Client {
         // The server's word explains a failure best (a full disk there
         // breaks the streams here).
         match (reply, ours) {
-            (Ok(Reply::Ok), Ok(_)) => Ok(()),
+            (Ok(Reply::Ok), Ok(_)) => Ok(Moved {
+                bytes: shape.len,
+                open: t1 - t0,
+                transfer: t2 - t1,
+                close: t2.elapsed(),
+            }),
             (Ok(Reply::Error { code, message }), _) => Err(Error::Remote { code, message }),
             (_, Err(f)) => Err(Error::Remote {
                 code: f.code,

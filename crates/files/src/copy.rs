@@ -284,7 +284,7 @@ impl Copier {
                     progress.total.fetch_add(len, Ordering::Relaxed);
                     Ok(())
                 });
-        let finish = got.and_then(|bytes| {
+        let finish = got.and_then(|moved| {
             let fail = |e| Error::local(to.display(), e);
             if !device {
                 file.set_len(size).map_err(fail)?;
@@ -298,7 +298,7 @@ impl Copier {
                     sync_parent(to).map_err(fail)?;
                 }
             }
-            Ok(bytes)
+            Ok(moved.bytes)
         });
         match finish {
             Ok(bytes) => {

@@ -65,6 +65,55 @@ impl Sink for File {
     }
 }
 
+/// A sink that keeps nothing: reads measured for their own sake.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Discard;
+
+impl Sink for Discard {
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A source of bytes that need no reading: the 8-byte word at offset
+/// `8·w` holds `w` (little-endian), so a reader can check any byte.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pattern;
+
+impl Pattern {
+    /// The byte at `offset`.
+    pub fn byte(offset: u64) -> u8 {
+        ((offset / 8) >> ((offset % 8) * 8)) as u8
+    }
+
+    /// Fills `buf` with the bytes from `offset`.
+    pub fn fill(buf: &mut [u8], offset: u64) {
+        let total = buf.len();
+        let head = ((8 - offset % 8) % 8).min(total as u64) as usize;
+        let (first, rest) = buf.split_at_mut(head);
+        for (i, b) in first.iter_mut().enumerate() {
+            *b = Pattern::byte(offset + i as u64);
+        }
+        let start = offset + head as u64;
+        let mut words = rest.chunks_exact_mut(8);
+        for (w, out) in (start / 8..).zip(&mut words) {
+            out.copy_from_slice(&w.to_le_bytes());
+        }
+        let tail = words.into_remainder();
+        let tail_off = offset + (total - tail.len()) as u64;
+        for (i, b) in tail.iter_mut().enumerate() {
+            *b = Pattern::byte(tail_off + i as u64);
+        }
+    }
+}
+
+impl Source for Pattern {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        Pattern::fill(buf, offset);
+        Ok(())
+    }
+}
+
 /// Where sent chunks come from.
 pub trait Source: Sync {
     /// Fills `buf` from `offset`.
@@ -407,4 +456,23 @@ pub fn gather(
             format!("chunk {i} never arrived; the transfer was cut short"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_fill_agrees_with_byte_at_any_alignment() {
+        for off in [0u64, 1, 7, 8, 13, 4096 + 3] {
+            for len in [0usize, 1, 5, 8, 9, 100] {
+                let mut b = vec![0u8; len];
+                Pattern::fill(&mut b, off);
+                let want: Vec<u8> = (0..len as u64).map(|i| Pattern::byte(off + i)).collect();
+                assert_eq!(b, want, "offset {off} len {len}");
+            }
+        }
+        assert_eq!(Pattern::byte(8), 1);
+        assert_eq!(Pattern::byte(8 * 256 + 1), 1);
+    }
 }

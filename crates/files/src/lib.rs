@@ -31,6 +31,6 @@ pub mod server;
 pub mod sums;
 mod wire_io;
 
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, Moved};
 pub use error::{exit, Error, Result};
 pub use server::{Limits, ServeConfig, Server};

@@ -1,0 +1,92 @@
+//! `macrolink iobench` on a directory and on an ml:// export: tiny runs
+//! whose numbers must add up.
+
+use macrolink::peer::Peer;
+use std::process::Command;
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+const SECRET: &str = "iobench test secret, long enough";
+
+fn rows(target: &str, shm: &std::path::Path, json: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = Command::new(EXE)
+        .args([
+            "iobench",
+            target,
+            "--workers",
+            "3",
+            "--sizes",
+            "64KiB,1MiB",
+            "--file-size",
+            "2MiB",
+            "--random-blocks",
+            "4KiB",
+            "--json",
+        ])
+        .arg(json)
+        .arg("--shm-dir")
+        .arg(shm)
+        .env("MACROLINK_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("eff MB/s"), "{text}");
+    serde_json::from_slice::<Vec<serde_json::Value>>(&std::fs::read(json).unwrap()).unwrap()
+}
+
+fn check(rows: &[serde_json::Value], with_random: bool) {
+    let want = 2 * 2 * 2 + usize::from(with_random);
+    assert_eq!(rows.len(), want, "{rows:#?}");
+    for r in rows {
+        assert_eq!(r["workers"], 3);
+        assert_eq!(r["bytes"].as_u64().unwrap(), 3 * (2 << 20), "{r}");
+        let eff = r["effective_mb_s"].as_f64().unwrap();
+        let xfer = r["transfer_mb_s"].as_f64().unwrap();
+        assert!(eff > 0.0 && eff <= xfer * 1.000001, "{r}");
+    }
+    let pats: Vec<_> = rows
+        .iter()
+        .map(|r| r["pattern"].as_str().unwrap())
+        .collect();
+    assert!(pats.contains(&"n-n") && pats.contains(&"n-1"));
+}
+
+#[test]
+fn iobench_on_a_directory_adds_up_and_cleans_up() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let r = rows(
+        data.to_str().unwrap(),
+        &d.path().join("shm"),
+        &d.path().join("r.json"),
+    );
+    check(&r, true);
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "files left");
+}
+
+#[test]
+fn iobench_on_an_export_adds_up_and_cleans_up() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("export");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let shm = d.path().join("shm");
+    let mut cmd = Command::new(EXE);
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .arg(&root)
+        .arg("--shm-dir")
+        .arg(&shm)
+        .env("MACROLINK_SECRET", SECRET);
+    let server = Peer::spawn_cmd(cmd).unwrap();
+    let r = rows(
+        &format!("ml://{}/sub", server.tcp),
+        &shm,
+        &d.path().join("r.json"),
+    );
+    check(&r, false);
+    assert_eq!(std::fs::read_dir(root.join("sub")).unwrap().count(), 0);
+}
