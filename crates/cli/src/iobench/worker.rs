@@ -221,7 +221,11 @@ fn local(
 ) -> anyhow::Result<Times> {
     let t0 = Instant::now();
     let f: File = match op {
-        Op::Write | Op::RandWrite => OpenOptions::new().write(true).create(true).open(path),
+        Op::Write | Op::RandWrite => OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path),
         Op::Read => File::open(path),
     }
     .with_context(|| path.display().to_string())?;
