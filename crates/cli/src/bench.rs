@@ -36,6 +36,8 @@ enum BenchCommand {
     Compare(crate::compare::Args),
     /// Through 1..N gateways in network namespaces, beside kernel ECMP (root).
     Gateways(crate::gwbench::Args),
+    /// `macrolink cp` beside xrdcp (xrootd) and cp, same files, same run.
+    Files(crate::filebench::Args),
     /// The target side, for runs between two hosts (`--connect` on the other).
     Serve(ServeArgs),
 }
@@ -352,6 +354,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         BenchCommand::Compare(a) => crate::compare::run(a),
         BenchCommand::Gateways(a) => crate::gwbench::run(a),
+        BenchCommand::Files(a) => crate::filebench::run(a),
     }
 }
 

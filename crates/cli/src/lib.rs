@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod compare;
 pub mod demo;
 pub mod echo;
+pub mod filebench;
 pub mod files;
 pub mod gwbench;
 pub mod iobench;

@@ -1,0 +1,331 @@
+//! `macrolink bench files`: `macrolink cp` against a `macrolink serve` on
+//! this host, beside `xrdcp` against an `xrootd` exporting the same
+//! directory, and beside plain `cp` from the page cache; best of N runs of
+//! each whole command, printed as ratios.
+
+use anyhow::{bail, Context};
+use clap::Args as ClapArgs;
+use macrolink_bench::report;
+use macrolink_files::data::Pattern;
+use serde::Serialize;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// Arguments of `macrolink bench files`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Size of the file copied.
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    size: u64,
+    /// Runs of each command; the best counts.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Streams of `macrolink cp`.
+    #[arg(long, default_value_t = 2)]
+    streams: u32,
+    /// Directory to work in (default: a new one in the system's temporary
+    /// directory, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the rows as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the rows as CSV.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+/// One row: a copy done three ways.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileRow {
+    /// What was copied where.
+    pub case: String,
+    /// `macrolink cp`, MB/s.
+    pub ours_mb_s: f64,
+    /// `xrdcp`, MB/s, when xrootd is installed.
+    pub xrdcp_mb_s: Option<f64>,
+    /// `cp`, MB/s.
+    pub cp_mb_s: f64,
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn make_file(path: &Path, size: u64) -> anyhow::Result<()> {
+    let mut f = File::create(path)?;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(buf.len() as u64) as usize;
+        Pattern::fill(&mut buf[..n], off);
+        f.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+fn warm(path: &Path) -> anyhow::Result<()> {
+    std::io::copy(&mut File::open(path)?, &mut std::io::sink())?;
+    Ok(())
+}
+
+fn chmod(path: &Path, mode: u32) -> anyhow::Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// Best time of `runs` runs of `cmd` (after `before` each run).
+fn best(
+    runs: usize,
+    mut before: impl FnMut(),
+    mut cmd: impl FnMut() -> Command,
+) -> anyhow::Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        before();
+        let mut c = cmd();
+        let t = Instant::now();
+        let out = c.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+        let secs = t.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!(
+                "{:?} failed: {}",
+                c.get_program(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        best = best.min(secs);
+    }
+    Ok(best)
+}
+
+fn start_serve(exe: &Path, root: &Path, secret: &str) -> anyhow::Result<(Proc, SocketAddr)> {
+    let mut child = Command::new(exe)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .arg(root)
+        .env("MACROLINK_SECRET", secret)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("serve stdout")?).read_line(&mut line)?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp="))
+        .with_context(|| format!("serve said {line:?}"))?
+        .parse()?;
+    Ok((Proc(child), addr))
+}
+
+/// Starts xrootd exporting `export` on a free port, its files in `dir`
+/// (writable by the user it runs as); None if not installed.
+fn start_xrootd(dir: &Path, export: &Path) -> anyhow::Result<Option<(Proc, u16)>> {
+    if Command::new("xrootd").arg("-v").output().is_err() {
+        return Ok(None);
+    }
+    let port = free_port()?;
+    let cfg = dir.join("xrootd.cfg");
+    std::fs::write(
+        &cfg,
+        format!("all.export {}\nxrd.port {port}\n", export.display()),
+    )?;
+    let mut cmd = Command::new("xrootd");
+    cmd.arg("-c").arg(&cfg).arg("-l").arg(dir.join("xrootd.log"));
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        // xrootd refuses to run as root.
+        cmd.args(["-R", "nobody"]);
+    }
+    let child = Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
+    let until = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > until {
+            let log = std::fs::read_to_string(dir.join("xrootd.log")).unwrap_or_default();
+            bail!("xrootd did not start: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Some((child, port)))
+}
+
+/// Runs the comparison.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let scratch;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            scratch = tempfile::Builder::new().prefix("ml-filebench-").tempdir()?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let (export, local) = (dir.join("export"), dir.join("local"));
+    for d in [&export, &local] {
+        std::fs::create_dir_all(d)?;
+        // The xrootd server runs as nobody and writes into both.
+        chmod(d, 0o777)?;
+    }
+    chmod(&dir, 0o755)?;
+    eprintln!("making two files of {} bytes in {}", a.size, dir.display());
+    let (src, up) = (export.join("src"), local.join("up"));
+    make_file(&src, a.size)?;
+    make_file(&up, a.size)?;
+    chmod(&src, 0o644)?;
+    chmod(&up, 0o644)?;
+    warm(&src)?;
+    warm(&up)?;
+
+    let exe = std::env::current_exe()?;
+    let mut secret = [0u8; 16];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let (_serve, addr) = start_serve(&exe, &export, &secret)?;
+    let xrd = start_xrootd(&local, &export)?;
+    if xrd.is_none() {
+        eprintln!("xrootd not found (apt-get install xrootd-server xrootd-client): no xrdcp column");
+    }
+    let ml = |args: &[&str]| {
+        let mut c = Command::new(&exe);
+        c.args(["cp", "-q", "--streams", &a.streams.to_string()])
+            .args(args)
+            .env("MACROLINK_SECRET", &secret);
+        c
+    };
+    let xrdcp = |from: String, to: String| {
+        let mut c = Command::new("xrdcp");
+        c.args(["-f", "-s", &from, &to])
+            .env("XRD_CONNECTIONRETRY", "1")
+            .env("XRD_REQUESTTIMEOUT", "60");
+        c
+    };
+    let cp = |from: &Path, to: &Path| {
+        let mut c = Command::new("cp");
+        c.arg(from).arg(to);
+        c
+    };
+    let ml_url = |p: &str| format!("ml://{addr}/{p}");
+    let xrd_url = |p: &Path| {
+        xrd.as_ref()
+            .map(|(_, port)| format!("root://127.0.0.1:{port}/{}", p.display()))
+    };
+    let runs = a.runs;
+    let rm = |p: PathBuf| move || drop(std::fs::remove_file(&p));
+    let mut rows = Vec::new();
+    let mb = |secs: f64| a.size as f64 / secs / 1e6;
+    let null = Path::new("/dev/null");
+
+    eprintln!("download to /dev/null");
+    rows.push(FileRow {
+        case: "download to /dev/null".into(),
+        ours_mb_s: mb(best(runs, || {}, || ml(&[&ml_url("src"), "/dev/null"]))?),
+        xrdcp_mb_s: match xrd_url(&src) {
+            Some(u) => Some(mb(best(runs, || {}, || {
+                xrdcp(u.clone(), "/dev/null".into())
+            })?)),
+            None => None,
+        },
+        cp_mb_s: mb(best(runs, || {}, || cp(&src, null))?),
+    });
+
+    eprintln!("download to a local file");
+    let dl = local.join("dl");
+    let dl_s = dl.display().to_string();
+    rows.push(FileRow {
+        case: "download to a file".into(),
+        ours_mb_s: mb(best(runs, rm(dl.clone()), || ml(&[&ml_url("src"), &dl_s]))?),
+        xrdcp_mb_s: match xrd_url(&src) {
+            Some(u) => Some(mb(best(runs, rm(dl.clone()), || {
+                xrdcp(u.clone(), dl_s.clone())
+            })?)),
+            None => None,
+        },
+        cp_mb_s: mb(best(runs, rm(dl.clone()), || cp(&src, &dl))?),
+    });
+    let _ = std::fs::remove_file(&dl);
+
+    eprintln!("upload");
+    let up_s = up.display().to_string();
+    let target = export.join("up");
+    rows.push(FileRow {
+        case: "upload".into(),
+        ours_mb_s: mb(best(runs, rm(target.clone()), || ml(&[&up_s, &ml_url("up")]))?),
+        xrdcp_mb_s: match xrd_url(&target) {
+            Some(u) => Some(mb(best(runs, rm(target.clone()), || {
+                xrdcp(up_s.clone(), u.clone())
+            })?)),
+            None => None,
+        },
+        cp_mb_s: mb(best(runs, rm(target.clone()), || cp(&up, &target))?),
+    });
+
+    print!("{}", table(&rows));
+    println!(
+        "{} bytes, best of {runs} runs of each whole command; page cache warm; \
+         macrolink cp with {} streams over {}",
+        a.size,
+        a.streams,
+        "shared memory"
+    );
+    if let Some(p) = &a.json {
+        report::write_json(p, &rows)?;
+    }
+    if let Some(p) = &a.csv {
+        report::write_csv(p, &rows)?;
+    }
+    Ok(())
+}
+
+/// The table, with ratios and targets.
+pub fn table(rows: &[FileRow]) -> String {
+    let mut s = format!(
+        "{:<22} {:>10} {:>10} {:>7} {:>6} {:>10} {:>7} {:>6}\n",
+        "case", "ours MB/s", "xrdcp", "ratio", "≥1.0", "cp", "ratio", "≥0.9"
+    );
+    for r in rows {
+        let (x, xr, xm) = match r.xrdcp_mb_s {
+            Some(x) => {
+                let q = r.ours_mb_s / x;
+                (format!("{x:.1}"), format!("{q:.2}"), yes(q >= 1.0))
+            }
+            None => ("-".into(), "-".into(), "-"),
+        };
+        let q = r.ours_mb_s / r.cp_mb_s;
+        s += &format!(
+            "{:<22} {:>10.1} {:>10} {:>7} {:>6} {:>10.1} {:>7.2} {:>6}\n",
+            r.case,
+            r.ours_mb_s,
+            x,
+            xr,
+            xm,
+            r.cp_mb_s,
+            q,
+            yes(q >= 0.9)
+        );
+    }
+    s
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "NO"
+    }
+}
