@@ -37,6 +37,12 @@ pub struct Host {
     pub fabric: Option<SocketAddr>,
     /// Level-2 (storage network) address.
     pub storage: Option<SocketAddr>,
+    /// Storage hosts: contact address of the file service (`macrolink
+    /// serve`), if it runs there.
+    pub files: Option<SocketAddr>,
+    /// Storage hosts: directory the file service exports (`macrolink up`
+    /// makes a scratch one when none is named).
+    pub export: Option<std::path::PathBuf>,
 }
 
 impl Host {
@@ -166,6 +172,9 @@ impl Cluster {
             }
             if !ids.insert(h.node) {
                 bail!("node id {} appears twice", h.node);
+            }
+            if (h.files.is_some() || h.export.is_some()) && h.role != Role::Storage {
+                bail!("host {:?}: only storage hosts run the file service", h.name);
             }
             if h.listen().is_none() {
                 bail!(

@@ -148,7 +148,10 @@ fn start_xrootd(dir: &Path, export: &Path) -> anyhow::Result<Option<(Proc, u16)>
         format!("all.export {}\nxrd.port {port}\n", export.display()),
     )?;
     let mut cmd = Command::new("xrootd");
-    cmd.arg("-c").arg(&cfg).arg("-l").arg(dir.join("xrootd.log"));
+    cmd.arg("-c")
+        .arg(&cfg)
+        .arg("-l")
+        .arg(dir.join("xrootd.log"));
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         // xrootd refuses to run as root.
@@ -199,7 +202,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (_serve, addr) = start_serve(&exe, &export, &secret)?;
     let xrd = start_xrootd(&local, &export)?;
     if xrd.is_none() {
-        eprintln!("xrootd not found (apt-get install xrootd-server xrootd-client): no xrdcp column");
+        eprintln!(
+            "xrootd not found (apt-get install xrootd-server xrootd-client): no xrdcp column"
+        );
     }
     let ml = |args: &[&str]| {
         let mut c = Command::new(&exe);
@@ -236,9 +241,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         case: "download to /dev/null".into(),
         ours_mb_s: mb(best(runs, || {}, || ml(&[&ml_url("src"), "/dev/null"]))?),
         xrdcp_mb_s: match xrd_url(&src) {
-            Some(u) => Some(mb(best(runs, || {}, || {
-                xrdcp(u.clone(), "/dev/null".into())
-            })?)),
+            Some(u) => Some(mb(best(
+                runs,
+                || {},
+                || xrdcp(u.clone(), "/dev/null".into()),
+            )?)),
             None => None,
         },
         cp_mb_s: mb(best(runs, || {}, || cp(&src, null))?),
@@ -265,7 +272,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let target = export.join("up");
     rows.push(FileRow {
         case: "upload".into(),
-        ours_mb_s: mb(best(runs, rm(target.clone()), || ml(&[&up_s, &ml_url("up")]))?),
+        ours_mb_s: mb(best(runs, rm(target.clone()), || {
+            ml(&[&up_s, &ml_url("up")])
+        })?),
         xrdcp_mb_s: match xrd_url(&target) {
             Some(u) => Some(mb(best(runs, rm(target.clone()), || {
                 xrdcp(up_s.clone(), u.clone())
@@ -278,10 +287,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     print!("{}", table(&rows));
     println!(
         "{} bytes, best of {runs} runs of each whole command; page cache warm; \
-         macrolink cp with {} streams over {}",
-        a.size,
-        a.streams,
-        "shared memory"
+         macrolink cp with {} streams over shared memory",
+        a.size, a.streams
     );
     if let Some(p) = &a.json {
         report::write_json(p, &rows)?;

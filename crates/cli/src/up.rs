@@ -115,6 +115,74 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> 
     Ok(all_ok)
 }
 
+/// Environment variable that carries the file service's secret to hosts.
+const SECRET_VAR: &str = "MACROLINK_SECRET";
+
+/// Starts the file service of storage host `h` as a process, exporting
+/// `export`.
+fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Result<Peer> {
+    let listen = h.files.context("no files address")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["serve", "--listen", &listen.to_string()])
+        .arg(export)
+        .arg("--shm-dir")
+        .arg(shm);
+    Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
+}
+
+/// Copies `mib` MiB to each storage host's file service and back, compared
+/// byte for byte; prints a row each.
+fn check_files(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> {
+    use macrolink_files::auth::Secret;
+    use macrolink_files::copy::{Copier, CopyOptions, Location};
+    let secret = std::env::var(SECRET_VAR).context("the file service needs MACROLINK_SECRET")?;
+    let scratch = tempfile::tempdir()?;
+    let src = scratch.path().join("check");
+    let data: Vec<u8> = (0..mib << 20).map(|i| (i as u32 >> 3) as u8).collect();
+    std::fs::write(&src, &data)?;
+    let mut ok = true;
+    for s in c.hosts.iter().filter(|s| s.files.is_some()) {
+        let addr = s.files.context("files address")?;
+        let opts = CopyOptions {
+            client: macrolink_files::ClientOptions {
+                shm_dir: shm.to_path_buf(),
+                no_shm: false,
+            },
+            ..CopyOptions::default()
+        };
+        let mut copier = Copier::new(Secret::new(secret.as_bytes())?, opts);
+        let remote = Location::Remote {
+            server: addr.to_string(),
+            path: format!("check-{}", h.name),
+        };
+        let back = scratch.path().join("back");
+        let up = copier.copy(&Location::Local(src.clone()), &remote)?;
+        let down = copier.copy(&remote, &Location::Local(back.clone()))?;
+        let same = std::fs::read(&back)? == data;
+        ok &= same;
+        copier
+            .client(&addr.to_string())?
+            .remove(&format!("check-{}", h.name), false)?;
+        println!(
+            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  file service, cp up",
+            h.name,
+            s.name,
+            up.bytes,
+            up.bytes as f64 / up.secs / 1e6,
+            if same { "yes" } else { "NO" },
+        );
+        println!(
+            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  file service, cp down",
+            h.name,
+            s.name,
+            down.bytes,
+            down.bytes as f64 / down.secs / 1e6,
+            if same { "yes" } else { "NO" },
+        );
+    }
+    Ok(ok)
+}
+
 fn header() {
     println!(
         "{:<10} {:<10} {:>9} {:>10} {:>9}  through",
@@ -130,6 +198,15 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
+    if std::env::var_os(SECRET_VAR).is_none() && std::env::var_os("MACROLINK_SECRET_FILE").is_none()
+    {
+        // Every host here is a child of this process: a fresh secret each run.
+        let mut b = [0u8; 24];
+        getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        // Set before this process starts any thread; children inherit it.
+        std::env::set_var(SECRET_VAR, hex);
+    }
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
         let role = if h.role == Role::Gateway {
@@ -143,11 +220,30 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
             .with_context(|| format!("starting {}", h.name))?;
         eprintln!("{} ({:?}, node {}) up at {}", h.name, h.role, h.node, p.tcp);
         hosts.push(p);
+        if h.files.is_some() {
+            let export = match &h.export {
+                Some(e) => e.clone(),
+                None => {
+                    let e = dir.path().join(format!("export-{}", h.name));
+                    std::fs::create_dir_all(&e)?;
+                    e
+                }
+            };
+            let p = spawn_files(&exe, h, &export, dir.path())?;
+            eprintln!(
+                "{} file service at ml://{}/ exporting {}",
+                h.name,
+                p.tcp,
+                export.display()
+            );
+            hosts.push(p);
+        }
     }
     header();
     let mut ok = true;
     for h in cluster.hosts.iter().filter(|h| h.role == Role::Compute) {
         ok &= check(&cluster, h, dir.path(), a.mib)?;
+        ok &= check_files(&cluster, h, dir.path(), a.mib)?;
     }
     if a.stay {
         eprintln!("hosts running; interrupt to stop");
@@ -157,6 +253,39 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     drop(hosts);
     anyhow::ensure!(ok, "some checks failed");
+    Ok(())
+}
+
+/// Runs the file service of storage host `h` on a thread of this process.
+fn start_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
+    use macrolink_files::{Limits, ServeConfig, Server};
+    let export = h
+        .export
+        .clone()
+        .with_context(|| format!("host {:?} has `files` but no `export`", h.name))?;
+    let secret = crate::files::SecretArgs {
+        secret_file: std::env::var_os("MACROLINK_SECRET_FILE").map(PathBuf::from),
+    }
+    .load()?;
+    let server = Server::bind(ServeConfig {
+        root: export.clone(),
+        listen: h.files.context("files address")?,
+        secret,
+        read_only: false,
+        limits: Limits::default(),
+        shm_dir: shm.to_path_buf(),
+    })?;
+    eprintln!(
+        "{}: file service at ml://{}/ exporting {}",
+        h.name,
+        server.local_addr()?,
+        export.display()
+    );
+    std::thread::spawn(move || {
+        if let Err(e) = server.run() {
+            tracing::error!("file service: {e}");
+        }
+    });
     Ok(())
 }
 
@@ -181,6 +310,9 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
                 ))
                 .try_get_matches_from(argv)?,
             )?;
+            if role == Role::Storage && h.files.is_some() {
+                start_file_service(&h, &shm)?;
+            }
             let args = crate::roles::Args {
                 node: node_args,
                 ep: 1,
