@@ -223,3 +223,66 @@ fn exit_codes_tell_failures_apart() {
     let o = site.cmd(&["ls", &url(&server, "")]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains(" there"));
 }
+
+/// A 4 MiB tmpfs mounted on a fresh directory; unmounted when dropped.
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    /// None (with the reason printed) where mounting is not allowed here;
+    /// with MACROLINK_REQUIRE_ROOT=1 (CI) that is a failure instead.
+    fn mount(at: PathBuf) -> Option<SmallDisk> {
+        let required = std::env::var("MACROLINK_REQUIRE_ROOT").is_ok_and(|v| v == "1");
+        std::fs::create_dir_all(&at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(&at)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(!required, "mounting a small tmpfs is required but failed");
+            eprintln!("full-disk test not run here: cannot mount a tmpfs");
+            return None;
+        }
+        Some(SmallDisk { path: at })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_the_upload_cleanly_and_the_server_goes_on() {
+    let site = Site::new();
+    let Some(disk) = SmallDisk::mount(site.root().join("small")) else {
+        return;
+    };
+    let server = site.serve(&[]);
+    let src = site.local().join("big");
+    std::fs::write(&src, pattern(8 * MB, 4)).unwrap();
+    let o = site.run(&[
+        "cp",
+        "-q",
+        "--chunk",
+        "256KiB",
+        &src.display().to_string(),
+        &url(&server, "small/big"),
+    ]);
+    assert_eq!(code(&o), 7, "no space: {}", stderr(&o));
+    assert!(stderr(&o).contains("space"), "{}", stderr(&o));
+    let left: Vec<_> = std::fs::read_dir(&disk.path).unwrap().collect();
+    assert!(left.is_empty(), "nothing left on the full disk: {left:?}");
+    // The server still serves, and the small disk still takes small files.
+    std::fs::write(site.local().join("small"), b"fits").unwrap();
+    let o = site.run(&[
+        "cp",
+        &site.local().join("small").display().to_string(),
+        &url(&server, "small/ok"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read(disk.path.join("ok")).unwrap(), b"fits");
+}

@@ -337,7 +337,7 @@ impl Client {
                 transfer: t2 - t1,
                 close: t2.elapsed(),
             }),
-            (Ok(Reply::Error { code, message }), _) => Err(Error::Remote { code, message }),
+            (Err(e @ Error::Remote { .. }), _) => Err(e),
             (_, Err(f)) => Err(Error::Remote {
                 code: f.code,
                 message: f.message,
