@@ -281,6 +281,10 @@ fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
             Ok((c, path))
         }
         Location::Local(_) => Err(Error::Usage(format!("{}: not an ml:// URL", a.url))),
+        Location::Striped { .. } => Err(Error::Usage(format!(
+            "{}: names several servers; name one",
+            a.url
+        ))),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::confine::partial_name;
 use crate::data;
 use crate::error::{Error, Result};
 use crate::proto::{Code, Kind, Landing, Shape};
+use crate::stripe;
 use crate::sums;
 
 /// Contact port of a server when a URL names none.
@@ -35,6 +36,14 @@ pub enum Location {
         /// Path under the export root (no leading slash).
         path: String,
     },
+    /// A file striped over several servers (`ml://h1,h2,.../path`): one
+    /// object of it under `path` on each.
+    Striped {
+        /// `host:port` of each server, in stripe order.
+        servers: Vec<String>,
+        /// Path under each export root.
+        path: String,
+    },
 }
 
 impl FromStr for Location {
@@ -50,21 +59,29 @@ impl FromStr for Location {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
         };
-        if authority.is_empty() {
-            return Err(Error::Usage(format!("{s}: no host in the URL")));
+        let mut servers = Vec::new();
+        for host in authority.split(',') {
+            if host.is_empty() {
+                return Err(Error::Usage(format!("{s}: empty host in the URL")));
+            }
+            let has_port = match host.rfind(':') {
+                Some(i) => !host[i..].contains(']'),
+                None => false,
+            };
+            servers.push(if has_port {
+                host.to_string()
+            } else {
+                format!("{host}:{DEFAULT_PORT}")
+            });
         }
-        let has_port = match authority.rfind(':') {
-            Some(i) => !authority[i..].contains(']'),
-            None => false,
-        };
-        let server = if has_port {
-            authority.to_string()
+        let path = path.to_string();
+        Ok(if servers.len() == 1 {
+            Location::Remote {
+                server: servers.remove(0),
+                path,
+            }
         } else {
-            format!("{authority}:{DEFAULT_PORT}")
-        };
-        Ok(Location::Remote {
-            server,
-            path: path.to_string(),
+            Location::Striped { servers, path }
         })
     }
 }
@@ -186,6 +203,12 @@ impl Copier {
             }
             (Location::Local(from), Location::Remote { server, path }) => {
                 self.upload(from, server, path)?
+            }
+            (Location::Striped { servers, path }, Location::Local(to)) => {
+                self.download_striped(servers, path, to)?
+            }
+            (Location::Local(from), Location::Striped { servers, path }) => {
+                self.upload_striped(from, servers, path)?
             }
             _ => {
                 return Err(Error::Usage(
@@ -413,6 +436,188 @@ impl Copier {
     }
 }
 
+impl Copier {
+    /// Runs `f(k, client)` for each server at once, each on a connection of
+    /// its own; the first error wins.
+    fn each_server<T: Send>(
+        &self,
+        servers: &[String],
+        f: impl Fn(u32, &mut Client) -> Result<T> + Sync,
+    ) -> Result<Vec<T>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = servers
+                .iter()
+                .enumerate()
+                .map(|(k, server)| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let mut c = Client::connect(server, &self.secret, &self.opts.client)?;
+                        f(k as u32, &mut c)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Usage("a transfer thread panicked".into())))
+                })
+                .collect()
+        })
+    }
+
+    /// Stripes local file `from` over `servers` as `path`: an object on
+    /// each, then the layout record beside each object.
+    fn upload_striped(&mut self, from: &Path, servers: &[String], path: &str) -> Result<()> {
+        let file = File::open(from).map_err(|e| Error::local(from.display(), e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| Error::local(from.display(), e))?
+            .len();
+        let layout = stripe::Layout {
+            size,
+            stripe: self.opts.chunk as u64,
+            objects: servers.len() as u32,
+        };
+        self.started(path, size);
+        let done = self.progress.done.clone();
+        let opts = self.opts.clone();
+        self.each_server(servers, |k, c| {
+            let len = layout.object_len(k);
+            let shape = Shape {
+                offset: 0,
+                len,
+                chunk: opts.chunk,
+                slots: opts.slots,
+            };
+            let object = stripe::Object {
+                file: &file,
+                layout,
+                k,
+            };
+            let shared = data::Shared::counting(done.clone(), opts.limit_rate);
+            let replace = Landing::Replace {
+                keep_partial: false,
+            };
+            c.put(
+                path,
+                len,
+                shape,
+                opts.streams,
+                opts.sync,
+                replace,
+                &object,
+                &shared,
+            )?;
+            let record = layout.record(k).into_bytes();
+            let rshape = Shape {
+                len: record.len() as u64,
+                chunk: 4096,
+                slots: 1,
+                ..shape
+            };
+            let quiet = data::Shared::default();
+            let name = stripe::record_name(path);
+            let n = record.len() as u64;
+            c.put(&name, n, rshape, 1, opts.sync, replace, &record, &quiet)?;
+            Ok(())
+        })?;
+        self.report.files += 1;
+        self.report.bytes += size;
+        Ok(())
+    }
+
+    /// Puts a striped file back together from its objects on `servers`.
+    fn download_striped(&mut self, servers: &[String], path: &str, to: &Path) -> Result<()> {
+        let to = if to.is_dir() {
+            to.join(path.rsplit('/').next().unwrap_or(path))
+        } else {
+            to.to_path_buf()
+        };
+        let part =
+            partial_name(&to).ok_or_else(|| Error::Usage(format!("{}: no name", to.display())))?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&part)
+            .map_err(|e| Error::local(part.display(), e))?;
+        self.started(path, 0);
+        let (opts, progress) = (self.opts.clone(), self.progress.clone());
+        let n = servers.len() as u32;
+        let got = self.each_server(servers, |k, c| {
+            let record = stripe::Memory::default();
+            let rshape = Shape {
+                offset: 0,
+                len: 4096,
+                chunk: 4096,
+                slots: 1,
+            };
+            let quiet = data::Shared::default();
+            c.get(&stripe::record_name(path), rshape, 1, &record, &quiet, &mut |_, _| Ok(()))?;
+            let text = String::from_utf8_lossy(&record.0.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_owned();
+            let (layout, index) = stripe::Layout::parse(&text)
+                .map_err(|m| Error::Usage(format!("{path} on server {k}: {m}")))?;
+            if index != k || layout.objects != n {
+                return Err(Error::Usage(format!(
+                    "{path}: server {k} holds object {index} of {}; name the servers in stripe order",
+                    layout.objects
+                )));
+            }
+            let object = stripe::Object {
+                file: &file,
+                layout,
+                k,
+            };
+            let shape = Shape {
+                offset: 0,
+                len: u64::MAX,
+                chunk: opts.chunk,
+                slots: opts.slots,
+            };
+            let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
+            let moved = c.get(path, shape, opts.streams, &object, &shared, &mut |_, len| {
+                progress.total.fetch_add(len, Ordering::Relaxed);
+                if len != layout.object_len(k) {
+                    return Err(Error::Usage(format!(
+                        "{path} on server {k}: {len} bytes where the layout says {}",
+                        layout.object_len(k)
+                    )));
+                }
+                Ok(())
+            })?;
+            Ok((layout, moved.bytes))
+        });
+        let finish = got.and_then(|parts| {
+            let size = parts.first().map_or(0, |(l, _)| l.size);
+            if parts.iter().any(|(l, _)| l.size != size) {
+                return Err(Error::Usage(format!(
+                    "{path}: the objects disagree on the size"
+                )));
+            }
+            let fail = |e| Error::local(to.display(), e);
+            file.set_len(size).map_err(fail)?;
+            if opts.sync {
+                file.sync_all().map_err(fail)?;
+            }
+            fs::rename(&part, &to).map_err(fail)?;
+            Ok(size)
+        });
+        match finish {
+            Ok(size) => {
+                self.report.files += 1;
+                self.report.bytes += size;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&part);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Makes a rename in `path`'s directory durable.
 fn sync_parent(path: &Path) -> std::io::Result<()> {
     let parent = match path.parent() {
@@ -450,6 +655,14 @@ mod tests {
             r(&format!("h:{DEFAULT_PORT}"), "/etc/passwd")
         );
         assert!("ml:///x".parse::<Location>().is_err());
+        assert_eq!(
+            "ml://a:1,b/x".parse::<Location>().unwrap(),
+            Location::Striped {
+                servers: vec!["a:1".into(), format!("b:{DEFAULT_PORT}")],
+                path: "x".into()
+            }
+        );
+        assert!("ml://a,,b/x".parse::<Location>().is_err());
         assert_eq!(
             "/tmp/x".parse::<Location>().unwrap(),
             Location::Local("/tmp/x".into())

@@ -28,6 +28,7 @@ pub mod error;
 pub mod ops;
 pub mod proto;
 pub mod server;
+pub mod stripe;
 pub mod sums;
 mod wire_io;
 

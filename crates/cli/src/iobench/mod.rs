@@ -253,6 +253,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             Some(p.clone())
         }
         Location::Remote { .. } => None,
+        Location::Striped { .. } => bail!("iobench runs against one server"),
     };
     if a.fio && local_dir.is_none() {
         bail!("--fio runs against local directories");
@@ -360,6 +361,7 @@ fn cleanup(location: &Location, a: &Args, layouts: &[Layout]) -> anyhow::Result<
                 let _ = c.remove(&p, false);
             }
         }
+        Location::Striped { .. } => {}
     }
     Ok(())
 }

@@ -154,6 +154,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let client = Client::connect(&server, &a.client.secret.load()?, &a.client.options())?;
             Target::Remote { client, dir: path }
         }
+        Location::Striped { .. } => bail!("iobench runs against one server"),
     };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
