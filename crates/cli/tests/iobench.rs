@@ -90,3 +90,39 @@ fn iobench_on_an_export_adds_up_and_cleans_up() {
     check(&r, false);
     assert_eq!(std::fs::read_dir(root.join("sub")).unwrap().count(), 0);
 }
+
+#[test]
+fn iobench_under_a_launcher_runs_one_worker_per_rank() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let json = d.path().join("r.json");
+    // What a launcher does: the same command once per rank, with its rank.
+    let ranks: Vec<_> = (0..3)
+        .map(|r| {
+            Command::new(EXE)
+                .args(["iobench", data.to_str().unwrap()])
+                .args(["--sizes", "64KiB,1MiB", "--file-size", "2MiB"])
+                .args(["--random-blocks", "4KiB", "--json"])
+                .arg(&json)
+                .env("PMI_RANK", r.to_string())
+                .env("PMI_SIZE", "3")
+                .env("PMI_JOBID", "iobench-test")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert!(o.status.success());
+    }
+    assert!(String::from_utf8_lossy(&outs[0].stdout).contains("eff MB/s"));
+    assert!(outs[1].stdout.is_empty(), "only rank 0 reports");
+    let r: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    check(&r, true);
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "files left");
+}

@@ -7,6 +7,7 @@
 //! fio running the matching job.
 
 pub mod fio;
+pub mod ranks;
 pub mod worker;
 
 use anyhow::{bail, Context};
@@ -66,6 +67,10 @@ pub struct Args {
     /// Draw effective bandwidth over transfer size as a PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Under a launcher (srun, mpirun): where the ranks meet, a directory
+    /// all of them see (default: the target directory).
+    #[arg(long)]
+    sync_dir: Option<PathBuf>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -178,6 +183,66 @@ fn phase(workers: &mut [Worker], line: &str) -> anyhow::Result<Vec<Times>> {
     workers.iter_mut().map(Worker::answer).collect()
 }
 
+/// Who does the work: worker processes of this one, or the ranks of a
+/// launch, this process among them.
+enum Crew {
+    Processes(Vec<Worker>),
+    Ranks {
+        target: Box<worker::Target>,
+        barrier: ranks::Barrier,
+        rank: u64,
+        fsync: bool,
+    },
+}
+
+impl Crew {
+    fn size(&self) -> u64 {
+        match self {
+            Crew::Processes(w) => w.len() as u64,
+            Crew::Ranks { barrier, .. } => barrier.size(),
+        }
+    }
+
+    fn reports(&self) -> bool {
+        match self {
+            Crew::Processes(_) => true,
+            Crew::Ranks { rank, .. } => *rank == 0,
+        }
+    }
+
+    /// Runs phase `step`; the answers of every worker, on the process that
+    /// reports.
+    fn phase(&mut self, step: usize, line: &str) -> anyhow::Result<Option<Vec<Times>>> {
+        match self {
+            Crew::Processes(w) => phase(w, line).map(Some),
+            Crew::Ranks {
+                target,
+                barrier,
+                rank,
+                fsync,
+            } => {
+                barrier.arrive(step)?;
+                let t = worker::phase(target, *rank, *fsync, line)?;
+                barrier.answer(step, &t)
+            }
+        }
+    }
+
+    /// Ends the run; true on the process that reports.
+    fn finish(self, steps: usize) -> anyhow::Result<bool> {
+        match self {
+            Crew::Processes(w) => {
+                drop(w);
+                Ok(true)
+            }
+            Crew::Ranks { barrier, rank, .. } => {
+                barrier.finish(steps)?;
+                Ok(rank == 0)
+            }
+        }
+    }
+}
+
 /// The table.
 pub fn table(rows: &[IoRow]) -> String {
     let mut s = format!(
@@ -263,11 +328,29 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    let mut workers = (0..a.workers)
-        .map(|r| Worker::spawn(r, &target, &a))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut crew = match ranks::from_env() {
+        Some((rank, size)) => {
+            let base = match (&a.sync_dir, &local_dir) {
+                (Some(d), _) => d.clone(),
+                (None, Some(d)) => d.clone(),
+                (None, None) => bail!("under a launcher, name a shared --sync-dir"),
+            };
+            Crew::Ranks {
+                target: Box::new(worker::Target::open(&target, &a.client)?),
+                barrier: ranks::Barrier::new(base, rank, size)?,
+                rank,
+                fsync: !a.no_fsync,
+            }
+        }
+        None => Crew::Processes(
+            (0..a.workers)
+                .map(|r| Worker::spawn(r, &target, &a))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+    };
+    let workers = crew.size();
     let phases = a.patterns.len() * a.sizes.len() * 2 + random.len();
-    let pb = if std::io::stderr().is_terminal() {
+    let pb = if std::io::stderr().is_terminal() && crew.reports() {
         ProgressBar::new(phases as u64)
     } else {
         ProgressBar::hidden()
@@ -288,9 +371,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for &block in &random {
         jobs.push((Op::RandWrite, Layout::NToN, block, a.file_size));
     }
-    for (op, layout, xfer, size) in jobs {
+    let steps = jobs.len();
+    for (step, (op, layout, xfer, size)) in jobs.into_iter().enumerate() {
         pb.set_message(format!("{} {} {}", layout.name(), op.name(), human(xfer)));
-        let times = phase(&mut workers, &phase_line(op, layout, xfer, size))?;
+        let Some(times) = crew.phase(step, &phase_line(op, layout, xfer, size))? else {
+            continue;
+        };
         let mut row = IoRow::from_times(op, layout, xfer, &times);
         if let (true, Some(dir)) = (a.fio, &local_dir) {
             let job = fio::Job {
@@ -298,7 +384,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 layout,
                 xfer,
                 size,
-                workers: a.workers,
+                workers,
                 fsync: !a.no_fsync,
             };
             row.fio_mb_s = Some(fio::run(dir, &job)?);
@@ -307,8 +393,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         pb.inc(1);
     }
     pb.finish_and_clear();
-    drop(workers);
-    cleanup(&location, &a, &a.patterns)?;
+    let lead = crew.finish(steps)?;
+    if !lead {
+        return Ok(());
+    }
+    cleanup(&location, workers, &a, &a.patterns)?;
     if let Some(d) = scratch {
         d.close()?;
     }
@@ -316,7 +405,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     println!(
         "effective = all bytes / slowest worker's (create + open + transfer + close); \
          ratio = effective / fio; {} workers, {} each{}",
-        a.workers,
+        workers,
         human(a.file_size),
         if a.no_fsync {
             ""
@@ -337,11 +426,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 /// Removes the files the workers made.
-fn cleanup(location: &Location, a: &Args, layouts: &[Layout]) -> anyhow::Result<()> {
-    let mut names: Vec<String> = (0..a.workers)
+fn cleanup(location: &Location, workers: u64, a: &Args, layouts: &[Layout]) -> anyhow::Result<()> {
+    let mut names: Vec<String> = (0..workers)
         .flat_map(|r| layouts.iter().map(move |l| l.place(r, 0).0))
         .collect();
-    names.extend((0..a.workers).map(|r| Layout::NToN.place(r, 0).0));
+    names.extend((0..workers).map(|r| Layout::NToN.place(r, 0).0));
     names.sort();
     names.dedup();
     match location {

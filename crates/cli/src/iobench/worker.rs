@@ -141,21 +141,40 @@ impl Times {
     }
 }
 
-enum Target {
+/// What a worker works on: a directory, or a directory of an export.
+#[derive(Debug)]
+pub enum Target {
+    /// A local (or shared) directory.
     Local(PathBuf),
-    Remote { client: Client, dir: String },
+    /// A directory under an export.
+    Remote {
+        /// Connection to the server.
+        client: Client,
+        /// The directory.
+        dir: String,
+    },
+}
+
+impl Target {
+    /// Opens `target` (a directory or ml://host/dir).
+    pub fn open(target: &str, client: &ClientArgs) -> anyhow::Result<Target> {
+        Ok(match target.parse::<Location>()? {
+            Location::Local(p) => Target::Local(p),
+            Location::Remote { server, path } => {
+                let c = Client::connect(&server, &client.secret.load()?, &client.options())?;
+                Target::Remote {
+                    client: c,
+                    dir: path,
+                }
+            }
+            Location::Striped { .. } => bail!("iobench runs against one server"),
+        })
+    }
 }
 
 /// Runs a worker: phases from stdin until it closes.
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let mut target = match a.target.parse::<Location>()? {
-        Location::Local(p) => Target::Local(p),
-        Location::Remote { server, path } => {
-            let client = Client::connect(&server, &a.client.secret.load()?, &a.client.options())?;
-            Target::Remote { client, dir: path }
-        }
-        Location::Striped { .. } => bail!("iobench runs against one server"),
-    };
+    let mut target = Target::open(&a.target, &a.client)?;
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")?;
@@ -177,7 +196,8 @@ pub fn phase_line(op: Op, pattern: Layout, xfer: u64, size: u64) -> String {
     format!("{} {} {xfer} {size}", op.name(), pattern.name())
 }
 
-fn phase(target: &mut Target, rank: u64, fsync: bool, line: &str) -> anyhow::Result<Times> {
+/// Runs the phase a phase line names, as worker `rank`.
+pub fn phase(target: &mut Target, rank: u64, fsync: bool, line: &str) -> anyhow::Result<Times> {
     let w: Vec<&str> = line.split_whitespace().collect();
     let [op, pattern, xfer, size] = w[..] else {
         bail!("bad phase line {line:?}");
