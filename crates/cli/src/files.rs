@@ -171,6 +171,9 @@ pub struct CpArgs {
     /// Count the copy done only once the data is on stable storage (fsync).
     #[arg(long)]
     sync: bool,
+    /// Skip the end-to-end checksum (no chunk is hashed on either side).
+    #[arg(long)]
+    no_verify: bool,
     /// Move at most this many bytes per second (e.g. 100MB).
     #[arg(long, value_parser = parse_rate)]
     limit_rate: Option<u64>,
@@ -215,6 +218,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         sync: a.sync,
         recursive: a.recursive,
         limit_rate: a.limit_rate,
+        verify: !a.no_verify,
         client: a.client.options(),
     };
     let mut copier = Copier::new(a.client.secret.load()?, opts);

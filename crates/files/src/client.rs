@@ -227,6 +227,7 @@ impl Client {
             path: path.into(),
             shape,
             streams: receivers.iter().map(Receiver::end).collect(),
+            verify: !shared.no_digests,
         })? {
             Reply::Sending { size, len } => (size, len),
             r => return Err(unexpected(r)),
@@ -297,6 +298,7 @@ impl Client {
             streams: n,
             sync,
             landing,
+            verify: !shared.no_digests,
         })? {
             Reply::Receiving { streams } if streams.len() == n as usize => streams,
             r => return Err(unexpected(r)),

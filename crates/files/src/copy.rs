@@ -103,6 +103,8 @@ pub struct CopyOptions {
     pub recursive: bool,
     /// Bytes per second a file's streams may move together, if limited.
     pub limit_rate: Option<u64>,
+    /// Check every file end to end (chunk digests on both sides).
+    pub verify: bool,
     /// Client settings.
     pub client: ClientOptions,
 }
@@ -117,6 +119,7 @@ impl Default for CopyOptions {
             sync: false,
             recursive: false,
             limit_rate: None,
+            verify: true,
             client: ClientOptions::default(),
         }
     }
@@ -297,7 +300,8 @@ impl Copier {
             .open(&part)
             .map_err(|e| Error::local(part.display(), e))?;
         let shape = self.shape(start, u64::MAX - start);
-        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
+        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate)
+            .skipping_digests(!opts.verify);
         let mut size = 0;
         self.started(path, 0);
         let got =
@@ -415,7 +419,8 @@ impl Copier {
         }
         self.started(path, size - start);
         let shape = self.shape(start, size - start);
-        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
+        let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate)
+            .skipping_digests(!opts.verify);
         let landing = Landing::Replace {
             keep_partial: opts.resume,
         };
@@ -495,7 +500,8 @@ impl Copier {
                 layout,
                 k,
             };
-            let shared = data::Shared::counting(done.clone(), opts.limit_rate);
+            let shared = data::Shared::counting(done.clone(), opts.limit_rate)
+                .skipping_digests(!opts.verify);
             let replace = Landing::Replace {
                 keep_partial: false,
             };
@@ -576,7 +582,7 @@ impl Copier {
                 chunk: opts.chunk,
                 slots: opts.slots,
             };
-            let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate);
+            let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate).skipping_digests(!opts.verify);
             let moved = c.get(path, shape, opts.streams, &object, &shared, &mut |_, len| {
                 progress.total.fetch_add(len, Ordering::Relaxed);
                 if len != layout.object_len(k) {

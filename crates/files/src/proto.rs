@@ -196,6 +196,8 @@ pub enum Request {
         shape: Shape,
         /// The client's receiving ends, one per stream.
         streams: Vec<StreamEnd>,
+        /// Hash the chunks for the end-to-end check.
+        verify: bool,
     },
     /// Receives bytes of a file from the client.
     Put {
@@ -211,6 +213,8 @@ pub enum Request {
         sync: bool,
         /// Where the bytes land.
         landing: Landing,
+        /// Hash the chunks for the end-to-end check.
+        verify: bool,
     },
     /// Ends a `Put`: every byte has been sent.
     Commit {
@@ -410,6 +414,7 @@ mod tests {
                 slots: 8,
             },
             streams: vec![StreamEnd { ep: 3, key: 99 }],
+            verify: true,
         });
         round_trip(Request::Put {
             path: "x".into(),
@@ -423,6 +428,7 @@ mod tests {
             streams: 2,
             sync: true,
             landing: Landing::Replace { keep_partial: true },
+            verify: false,
         });
         round_trip(Reply::Error {
             code: Code::Escape,

@@ -152,6 +152,18 @@ fn a_large_file_round_trips_with_parallel_streams() {
         .unwrap();
     assert_eq!(r.bytes, 256 << 20);
     assert!(std::fs::read(&back).unwrap() == data, "content differs");
+    // Unverified: nothing hashed, the bytes still right.
+    let mut opts = f.options(Transport::Tcp);
+    opts.verify = false;
+    let mut quick = Copier::new(Secret::new(SECRET).unwrap(), opts);
+    let plain = f.local().join("big.plain");
+    quick
+        .copy(&f.url("big"), &Location::Local(plain.clone()))
+        .unwrap();
+    assert!(
+        std::fs::read(&plain).unwrap() == data,
+        "unverified copy differs"
+    );
     // To a device: written in place, nothing renamed over it.
     let r = c
         .copy(&f.url("big"), &Location::Local("/dev/null".into()))

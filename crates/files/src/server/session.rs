@@ -118,7 +118,8 @@ impl Session {
                 path,
                 shape,
                 streams,
-            } => self.get(&path, shape, &streams)?,
+                verify,
+            } => self.get(&path, shape, &streams, verify)?,
             Request::Put {
                 path,
                 size,
@@ -126,7 +127,8 @@ impl Session {
                 streams,
                 sync,
                 landing,
-            } => self.put(&path, size, shape, streams, sync, landing)?,
+                verify,
+            } => self.put(&path, size, shape, streams, sync, landing, verify)?,
             Request::Auth { .. } | Request::Commit { .. } => self.reply(failure(Failure::new(
                 Code::BadRequest,
                 "request out of turn",
@@ -153,7 +155,13 @@ impl Session {
     }
 
     /// Sends bytes of a file to the client's regions.
-    fn get(&mut self, path: &str, shape: Shape, ends: &[StreamEnd]) -> Result<(), End> {
+    fn get(
+        &mut self,
+        path: &str,
+        shape: Shape,
+        ends: &[StreamEnd],
+        verify: bool,
+    ) -> Result<(), End> {
         let opened = (|| {
             shape
                 .check(ends.len() as u32)
@@ -178,7 +186,7 @@ impl Session {
             size,
             len: shape.len,
         })?;
-        let shared = data::Shared::default();
+        let shared = data::Shared::default().skipping_digests(!verify);
         let n = ends.len() as u32;
         let results: Vec<Result<Vec<(u64, Digest)>, DataError>> = thread::scope(|scope| {
             let handles: Vec<_> = ends
@@ -210,6 +218,7 @@ impl Session {
     /// Receives bytes of a file from the client into the partial file (or
     /// in place), and renames it over the final name once the client has
     /// committed and the digest matches.
+    #[allow(clippy::too_many_arguments)]
     fn put(
         &mut self,
         path: &str,
@@ -218,6 +227,7 @@ impl Session {
         streams: u32,
         sync: bool,
         landing: Landing,
+        verify: bool,
     ) -> Result<(), End> {
         let keep_partial = matches!(landing, Landing::Replace { keep_partial: true });
         let opened = (|| {
@@ -259,7 +269,7 @@ impl Session {
         self.reply(Reply::Receiving {
             streams: receivers.iter().map(Receiver::end).collect(),
         })?;
-        let shared = data::Shared::default();
+        let shared = data::Shared::default().skipping_digests(!verify);
         let (results, commit) = thread::scope(|scope| {
             let handles: Vec<_> = receivers
                 .into_iter()
