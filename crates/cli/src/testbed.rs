@@ -1,12 +1,15 @@
 //! The gateway testbed in network namespaces (PaScal's Level-1 / Level-2):
-//! a compute host, N gateway hosts and a storage host, each in its own
-//! namespace. Fabric-side veth links are unshaped; storage-side links are
-//! shaped with `tc tbf`. The kernel's own equal-cost multipath routes through
-//! the same gateways give the baseline to compare with.
+//! C compute hosts, G gateway hosts and S storage hosts, each in its own
+//! namespace. Each gateway bridges its fabric side (one veth to every
+//! compute host, unshaped) and each of its storage-side links (one veth to
+//! every storage host, shaped with `tc tbf`). The kernel's own equal-cost
+//! multipath routes through the same gateways give the baseline to compare
+//! with.
 //!
 //! ```text
-//!   compute ── 10.71.i.0/24 ── gateway i ── 10.72.i.0/24 (tbf) ── storage
-//!   (ECMP baseline: 10.73.0.1 on storage, reached from compute over every gateway)
+//!   compute c ── 10.71.i.(10+c) ─┐
+//!                                 ├ bridge 10.71.i.2 ── gateway i ── bridge 10.(72+2j).i.1 ─┬─(tbf)── storage s: 10.(72+2j).i.(2+s)
+//!   (ECMP baseline: 10.73.0.1 on storage 0, reached from compute 0 over every gateway)
 //! ```
 //!
 //! Only addresses inside these namespaces are used; everything is removed on
@@ -23,12 +26,24 @@ pub const PORT: u16 = 7400;
 /// The storage host's address behind the kernel's multipath routes.
 pub const ECMP_ADDR: &str = "10.73.0.1";
 
+/// How many hosts of each role, and links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Compute hosts.
+    pub compute: usize,
+    /// Gateway hosts.
+    pub gateways: usize,
+    /// Storage hosts.
+    pub storage: usize,
+    /// Storage-side links per gateway.
+    pub links: usize,
+}
+
 /// Namespaces and links of one run.
 #[derive(Debug)]
 pub struct Testbed {
     tag: String,
-    gateways: usize,
-    links: usize,
+    shape: Shape,
     namespaces: Vec<String>,
 }
 
@@ -53,31 +68,66 @@ pub fn in_ns(ns: &str, args: &[&str]) -> Result<(), String> {
     run(Command::new("ip").args(["netns", "exec", ns]).args(args))
 }
 
+/// A veth pair with ends `a` in `ns_a` and `b` in `ns_b`, both up.
+fn veth(a: &str, ns_a: &str, b: &str, ns_b: &str) -> Result<(), String> {
+    ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;
+    ip(&["link", "set", a, "netns", ns_a])?;
+    ip(&["link", "set", b, "netns", ns_b])?;
+    in_ns(ns_a, &["ip", "link", "set", a, "up"])?;
+    in_ns(ns_b, &["ip", "link", "set", b, "up"])
+}
+
+/// A bridge `name` in `ns` holding `addr`, up.
+fn bridge(ns: &str, name: &str, addr: &str) -> Result<(), String> {
+    in_ns(ns, &["ip", "link", "add", name, "type", "bridge"])?;
+    in_ns(ns, &["ip", "addr", "add", addr, "dev", name])?;
+    in_ns(ns, &["ip", "link", "set", name, "up"])
+}
+
+fn shape_tbf(ns: &str, dev: &str, rate: &str) -> Result<(), String> {
+    let tbf = [
+        "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+    ];
+    let tail = ["burst", "256kb", "latency", "20ms"];
+    in_ns(ns, &[&tbf[..], &tail[..]].concat())
+}
+
 impl Testbed {
-    /// Builds the namespaces for `gateways` gateways with storage-side links
-    /// shaped to `rate` (a tc rate such as "1gbit").
+    /// One compute host, `gateways` gateways and one storage host, with
+    /// storage-side links shaped to `rate` (a tc rate such as "1gbit").
     pub fn new(gateways: usize, rate: &str) -> Result<Testbed, String> {
         Testbed::with_links(gateways, 1, rate)
     }
 
     /// As [`new`](Self::new), with `links` storage-side links per gateway.
     pub fn with_links(gateways: usize, links: usize, rate: &str) -> Result<Testbed, String> {
+        Testbed::build(
+            Shape {
+                compute: 1,
+                gateways,
+                storage: 1,
+                links,
+            },
+            rate,
+        )
+    }
+
+    /// Builds the namespaces and links of `shape`.
+    pub fn build(shape: Shape, rate: &str) -> Result<Testbed, String> {
         // Unique per testbed: process id and a counter (interface names
         // stay within 15 characters).
         static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
-        let tag = format!("ml{}x{n}", std::process::id() % 100_000);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+        let tag = format!("m{}{n}", std::process::id() % 10_000);
         let mut tb = Testbed {
             tag: tag.clone(),
-            gateways,
-            links,
+            shape,
             namespaces: Vec::new(),
         };
-        let c = tb.compute();
-        let s = tb.storage();
-        let all: Vec<String> = std::iter::once(c.clone())
-            .chain((0..gateways).map(|i| tb.gateway(i)))
-            .chain(std::iter::once(s.clone()))
+        let all: Vec<String> = (0..shape.compute)
+            .map(|c| tb.compute_ns(c))
+            .chain((0..shape.gateways).map(|i| tb.gateway(i)))
+            .chain((0..shape.storage).map(|s| tb.storage_ns(s)))
             .collect();
         for ns in all {
             ip(&["netns", "add", &ns])?;
@@ -91,49 +141,51 @@ impl Testbed {
                 )?;
             }
         }
-        for i in 0..gateways {
+        for i in 0..shape.gateways {
             let g = tb.gateway(i);
-            let (cf, gf) = (format!("{tag}c{i}"), format!("{tag}g{i}f"));
-            ip(&["link", "add", &cf, "type", "veth", "peer", "name", &gf])?;
-            ip(&["link", "set", &cf, "netns", &c])?;
-            ip(&["link", "set", &gf, "netns", &g])?;
-            in_ns(
-                &c,
-                &["ip", "addr", "add", &format!("10.71.{i}.1/24"), "dev", &cf],
-            )?;
-            in_ns(
-                &g,
-                &["ip", "addr", "add", &format!("10.71.{i}.2/24"), "dev", &gf],
-            )?;
-            in_ns(&c, &["ip", "link", "set", &cf, "up"])?;
-            in_ns(&g, &["ip", "link", "set", &gf, "up"])?;
-            for j in 0..links {
+            let fab = format!("{tag}g{i}f");
+            bridge(&g, &fab, &format!("10.71.{i}.2/24"))?;
+            for c in 0..shape.compute {
+                let cn = tb.compute_ns(c);
+                let (cd, gd) = (format!("{tag}c{c}g{i}"), format!("{tag}g{i}c{c}"));
+                veth(&cd, &cn, &gd, &g)?;
+                in_ns(&g, &["ip", "link", "set", &gd, "master", &fab])?;
+                let addr = format!("10.71.{i}.{}/24", 10 + c);
+                in_ns(&cn, &["ip", "addr", "add", &addr, "dev", &cd])?;
+            }
+            for j in 0..shape.links {
                 // Storage-side link j of gateway i: 10.(72+2j).i.0/24.
                 let net = 72 + 2 * j;
-                let (gs, sg) = (format!("{tag}g{i}s{j}"), format!("{tag}s{i}{j}"));
-                ip(&["link", "add", &gs, "type", "veth", "peer", "name", &sg])?;
-                ip(&["link", "set", &gs, "netns", &g])?;
-                ip(&["link", "set", &sg, "netns", &s])?;
-                let (ga, sa) = (format!("10.{net}.{i}.1/24"), format!("10.{net}.{i}.2/24"));
-                in_ns(&g, &["ip", "addr", "add", &ga, "dev", &gs])?;
-                in_ns(&s, &["ip", "addr", "add", &sa, "dev", &sg])?;
-                in_ns(&g, &["ip", "link", "set", &gs, "up"])?;
-                in_ns(&s, &["ip", "link", "set", &sg, "up"])?;
-                for (ns, dev) in [(&g, &gs), (&s, &sg)] {
-                    let tbf = [
-                        "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-                    ];
-                    let tail = ["burst", "256kb", "latency", "20ms"];
-                    in_ns(ns, &[&tbf[..], &tail[..]].concat())?;
+                let br = format!("{tag}g{i}b{j}");
+                bridge(&g, &br, &format!("10.{net}.{i}.1/24"))?;
+                for st in 0..shape.storage {
+                    let sn = tb.storage_ns(st);
+                    let (gd, sd) = (tb.port(i, j, st), format!("{tag}s{st}g{i}l{j}"));
+                    veth(&gd, &g, &sd, &sn)?;
+                    in_ns(&g, &["ip", "link", "set", &gd, "master", &br])?;
+                    let addr = format!("10.{net}.{i}.{}/24", 2 + st);
+                    in_ns(&sn, &["ip", "addr", "add", &addr, "dev", &sd])?;
+                    shape_tbf(&g, &gd, rate)?;
+                    shape_tbf(&sn, &sd, rate)?;
                 }
             }
         }
         Ok(tb)
     }
 
-    /// The compute host's namespace.
+    /// Its shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The first compute host's namespace.
     pub fn compute(&self) -> String {
-        format!("{}c", self.tag)
+        self.compute_ns(0)
+    }
+
+    /// Compute host `c`'s namespace.
+    pub fn compute_ns(&self, c: usize) -> String {
+        format!("{}c{c}", self.tag)
     }
 
     /// Gateway `i`'s namespace.
@@ -141,9 +193,14 @@ impl Testbed {
         format!("{}g{i}", self.tag)
     }
 
-    /// The storage host's namespace.
+    /// The first storage host's namespace.
     pub fn storage(&self) -> String {
-        format!("{}s", self.tag)
+        self.storage_ns(0)
+    }
+
+    /// Storage host `s`'s namespace.
+    pub fn storage_ns(&self, s: usize) -> String {
+        format!("{}s{s}", self.tag)
     }
 
     /// Gateway `i`'s fabric-side address.
@@ -151,20 +208,30 @@ impl Testbed {
         format!("10.71.{i}.2:{PORT}")
     }
 
-    /// The storage host's address on gateway `i`'s first storage-side link.
+    /// The first storage host's address on gateway `i`'s first storage-side link.
     pub fn storage_addr(&self, i: usize) -> String {
         format!("10.72.{i}.2:{PORT}")
     }
 
-    /// Gateway `i`'s device for its storage-side link `j`.
-    pub fn storage_link(&self, i: usize, j: usize) -> String {
-        format!("{}g{i}s{j}", self.tag)
+    fn port(&self, i: usize, j: usize, s: usize) -> String {
+        format!("{}g{i}l{j}s{s}", self.tag)
     }
 
-    /// The storage host's addresses on every storage-side link of gateway `i`.
+    /// Gateway `i`'s device for its storage-side link `j` to the first
+    /// storage host.
+    pub fn storage_link(&self, i: usize, j: usize) -> String {
+        self.port(i, j, 0)
+    }
+
+    /// The first storage host's addresses on every storage-side link of gateway `i`.
     pub fn storage_addrs(&self, i: usize) -> Vec<String> {
-        (0..self.links)
-            .map(|j| format!("10.{}.{i}.2:{PORT}", 72 + 2 * j))
+        self.storage_addrs_of(0, i)
+    }
+
+    /// Storage host `s`'s addresses on every storage-side link of gateway `i`.
+    pub fn storage_addrs_of(&self, s: usize, i: usize) -> Vec<String> {
+        (0..self.shape.links)
+            .map(|j| format!("10.{}.{i}.{}:{PORT}", 72 + 2 * j, 2 + s))
             .collect()
     }
 
@@ -203,7 +270,7 @@ impl Testbed {
             "add".into(),
             format!("{ECMP_ADDR}/32"),
         ];
-        for i in 0..self.gateways {
+        for i in 0..self.shape.gateways {
             let g = self.gateway(i);
             in_ns(&g, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
             in_ns(

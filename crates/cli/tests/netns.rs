@@ -8,7 +8,8 @@
 //! nothing, unless MACROLINK_REQUIRE_NETNS=1 (set by .ci/run): then it fails.
 
 use macrolink::gwbench::{send_config, striped, Fault};
-use macrolink::testbed::Testbed;
+use macrolink::testbed::{enter, Shape, Testbed, PORT};
+use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
 use std::path::Path;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
@@ -17,10 +18,19 @@ const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 /// `None` (with the reason printed) where namespaces cannot be made here;
 /// with MACROLINK_REQUIRE_NETNS=1 (CI) that is a failure instead.
 fn testbed(gateways: usize, links: usize) -> Option<Testbed> {
+    testbed_of(Shape {
+        compute: 1,
+        gateways,
+        storage: 1,
+        links,
+    })
+}
+
+fn testbed_of(shape: Shape) -> Option<Testbed> {
     let required = std::env::var("MACROLINK_REQUIRE_NETNS").is_ok_and(|v| v == "1");
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    match (root, Testbed::with_links(gateways, links, "1gbit")) {
+    match (root, Testbed::build(shape, "1gbit")) {
         (true, Ok(tb)) => Some(tb),
         (r, res) => {
             let why = if r {
@@ -104,4 +114,104 @@ fn a_gateway_with_two_storage_links_uses_both() {
             24 << 20
         );
     }
+}
+
+#[test]
+fn every_compute_host_reaches_every_storage_host_through_the_lane() {
+    let shape = Shape {
+        compute: 2,
+        gateways: 2,
+        storage: 2,
+        links: 1,
+    };
+    let Some(tb) = testbed_of(shape) else {
+        return;
+    };
+    let exe = Path::new(EXE);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("0.0.0.0:{PORT}");
+    let _sinks: Vec<_> = (0..shape.storage)
+        .map(|s| {
+            let ns = tb.storage_ns(s);
+            tb.spawn(
+                exe,
+                &ns,
+                "sink",
+                10 + s as u32,
+                &["--tcp", &listen],
+                dir.path(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let _gateways: Vec<_> = (0..shape.gateways)
+        .map(|i| {
+            let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
+            for s in 0..shape.storage {
+                for a in tb.storage_addrs_of(s, i) {
+                    args.push("--peer".into());
+                    args.push(format!("{}={a}", 10 + s));
+                }
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            tb.spawn(
+                exe,
+                &tb.gateway(i),
+                "gateway",
+                21 + i as u32,
+                &args,
+                dir.path(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let payload = macrolink::gwbench::payload(6 << 20);
+    std::thread::scope(|scope| {
+        for c in 0..shape.compute {
+            let (tb, dir, payload) = (&tb, dir.path(), &payload);
+            scope.spawn(move || {
+                let ns = tb.compute_ns(c);
+                enter(&ns).unwrap();
+                let mut cfg = NodeConfig::local(1 + c as u32, dir.join(&ns));
+                for i in 0..shape.gateways {
+                    cfg.peers
+                        .insert(21 + i as u32, tb.gateway_addr(i).parse().unwrap());
+                }
+                let node = Node::start(cfg).unwrap();
+                let mut ep = node
+                    .open(
+                        1,
+                        EndpointConfig {
+                            completion: Completion::Wait,
+                            tokens: 256,
+                            ..EndpointConfig::default()
+                        },
+                    )
+                    .unwrap();
+                let gws: Vec<Addr> = (0..shape.gateways)
+                    .map(|i| Addr::new(21 + i as u32, 1))
+                    .collect();
+                for s in 0..shape.storage {
+                    let id = (c * shape.storage + s) as u64 + 1;
+                    let r = macrolink_gwnet::client::send(
+                        &mut ep,
+                        &gws,
+                        Addr::new(10 + s as u32, 1),
+                        id,
+                        payload,
+                        send_config(4, 100, 3),
+                        &mut |_, _| {},
+                    )
+                    .unwrap();
+                    assert!(r.verified, "compute {c} to storage {s}: {r:?}");
+                    assert_eq!(r.bytes, payload.len() as u64);
+                    assert!(
+                        r.per_gateway.iter().all(|&b| b > 0),
+                        "compute {c} to storage {s} used every gateway: {:?}",
+                        r.per_gateway
+                    );
+                }
+            });
+        }
+    });
 }
