@@ -215,3 +215,24 @@ fn every_compute_host_reaches_every_storage_host_through_the_lane() {
         }
     });
 }
+
+#[test]
+fn a_storage_link_gone_dark_mid_transfer_loses_nothing() {
+    let Some(tb) = testbed(1, 2) else {
+        return;
+    };
+    let payload = macrolink::gwbench::payload(24 << 20);
+    let r = striped(
+        Path::new(EXE),
+        &tb,
+        1,
+        &payload,
+        send_config(4, 100, 3),
+        Some(Fault::LinkDown(1.0 / 3.0, 0)),
+        1,
+    )
+    .unwrap();
+    eprintln!("namespace testbed, storage link down: {r:?}");
+    assert!(r.verified, "{r:?}");
+    assert_eq!(r.bytes, 24 << 20);
+}

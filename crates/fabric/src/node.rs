@@ -248,22 +248,29 @@ impl NodeShared {
 
     /// Opens a TCP connection from endpoint `from` to `to` at `addr`.
     pub(crate) fn connect_tcp(&self, from: Addr, to: Addr, addr: SocketAddr) -> Result<Stream> {
-        self.connect_tcp_within(from, to, addr, HANDSHAKE_TIMEOUT)
+        self.connect_tcp_within(from, to, addr, HANDSHAKE_TIMEOUT, None)
     }
 
-    /// As `connect_tcp`, giving up on the connection after `dial`.
+    /// As `connect_tcp`, giving up on the connection after `dial`; with
+    /// `rail`, a rail that both ends fail within that many milliseconds of
+    /// its link going dark.
     pub(crate) fn connect_tcp_within(
         &self,
         from: Addr,
         to: Addr,
         addr: SocketAddr,
         dial: Duration,
+        rail: Option<u32>,
     ) -> Result<Stream> {
         let mut hello = Header::new(FrameKind::Hello);
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
         let mut s = TcpStream::connect_timeout(&addr, dial)?;
+        if let Some(ms) = rail {
+            hello.flags = Flags::RAIL;
+            sys::fail_fast(s.as_raw_fd(), ms)?;
+        }
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         s.write_all(&hello.encode())?;
@@ -507,6 +514,12 @@ fn handshake(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
             };
             if h.flags.contains(Flags::RESOLVE_UDP) {
                 return reply(&mut s, FrameKind::HelloOk, u64::from(inbox.udp_port));
+            }
+            if h.flags.contains(Flags::RAIL) {
+                // This end too must not wait on a dark link: a reader in
+                // the middle of a message from it, or a writer of answers
+                // into it, would hold the endpoint up.
+                sys::fail_fast(s.as_raw_fd(), crate::endpoint::RAIL_USER_TIMEOUT_MS)?;
             }
             reply(&mut s, FrameKind::HelloOk, 0)?;
             s.set_read_timeout(None)?;

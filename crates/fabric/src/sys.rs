@@ -127,16 +127,26 @@ pub fn clock_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Makes the kernel abort a TCP connection whose sent data stays
-/// unacknowledged for `ms` milliseconds (TCP_USER_TIMEOUT).
-pub(crate) fn set_tcp_user_timeout(fd: RawFd, ms: u32) -> io::Result<()> {
-    let v: libc::c_uint = ms;
+fn set_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
     syscall!(setsockopt(
         fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_USER_TIMEOUT,
-        (&v as *const libc::c_uint).cast(),
-        std::mem::size_of::<libc::c_uint>() as libc::socklen_t
+        level,
+        name,
+        (&v as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
     ))
     .map(drop)
+}
+
+/// Makes the kernel abort a TCP connection within about `ms` milliseconds
+/// of its link going dark: sent data unacknowledged that long
+/// (TCP_USER_TIMEOUT), or, with nothing to send, keepalive probes every
+/// second unanswered that long.
+pub(crate) fn fail_fast(fd: RawFd, ms: u32) -> io::Result<()> {
+    let ms = ms.min(i32::MAX as u32) as libc::c_int;
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+    set_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 1)?;
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1)?;
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, (ms / 1000).max(1))
 }

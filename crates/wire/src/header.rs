@@ -78,7 +78,11 @@ impl Flags {
     pub const NOTIFY: Flags = Flags(1);
     /// Hello: asks only for the endpoint's UDP port; no connection follows.
     pub const RESOLVE_UDP: Flags = Flags(2);
-    const ALL: u8 = 0b11;
+    /// Hello: the connection is one rail of several to one peer; both ends
+    /// give it up soon when its link goes dark, so traffic moves to the
+    /// others.
+    pub const RAIL: Flags = Flags(4);
+    const ALL: u8 = 0b111;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {

@@ -293,8 +293,10 @@ impl Endpoint {
                 // A rail whose link is dark must fail soon, so that its
                 // traffic moves to the others: short dial, user timeout.
                 let dial = Duration::from_millis(u64::from(RAIL_USER_TIMEOUT_MS) / 4);
-                let stream = self.node.connect_tcp_within(self.addr(), to, addr, dial)?;
-                sys::set_tcp_user_timeout(stream.raw_fd(), RAIL_USER_TIMEOUT_MS)?;
+                let rail = Some(RAIL_USER_TIMEOUT_MS);
+                let stream = self
+                    .node
+                    .connect_tcp_within(self.addr(), to, addr, dial, rail)?;
                 let mut conn = Conn::new(to, stream);
                 conn.rail = Some(addr);
                 self.insert_conn(conn)
