@@ -1,6 +1,14 @@
 //! One large transfer striped in chunks over every live gateway, so that one
 //! client gets the sum of their links; chunks in flight through a gateway
 //! that dies, or that time out, are sent again through another.
+//!
+//! The timeout adapts as TCP's does (RFC 6298): it follows the smoothed
+//! round trip of chunks acknowledged on their first sending (Karn's rule)
+//! plus four times its variation, never below the configured value, and
+//! doubles after an expiry when no answer at all came since the last one
+//! (a silent path, not a lost chunk among answered ones). Queues that grow
+//! with the window (many flows through one gateway) therefore lengthen the
+//! timeout instead of setting off a storm of needless resends.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -14,7 +22,8 @@ pub struct StripeConfig {
     pub chunk: u64,
     /// Chunks in flight per gateway.
     pub window: usize,
-    /// Time after which an unanswered chunk is sent again.
+    /// Time after which an unanswered chunk is sent again, before any round
+    /// trip has been measured; also the least the timeout ever is.
     pub rto: Nanos,
 }
 
@@ -60,9 +69,17 @@ pub struct Striper {
     acked: Vec<bool>,
     acked_count: u64,
     next_path: usize,
+    retried: Vec<bool>,
+    srtt: Option<Nanos>,
+    rttvar: Nanos,
+    rto: Nanos,
+    answered: bool,
     /// Chunks sent again (path lost or timed out).
     pub resent: u64,
 }
+
+/// The longest the timeout grows by backing off.
+const MAX_RTO: Nanos = 60_000_000_000;
 
 impl Striper {
     /// A transfer of `total` bytes over `gateways` paths.
@@ -79,8 +96,32 @@ impl Striper {
             acked: vec![false; n as usize],
             acked_count: 0,
             next_path: 0,
+            retried: vec![false; n as usize],
+            srtt: None,
+            rttvar: 0,
+            rto: cfg.rto,
+            answered: false,
             resent: 0,
         }
+    }
+
+    /// The current timeout.
+    pub fn rto(&self) -> Nanos {
+        self.rto
+    }
+
+    /// Takes a round-trip sample.
+    fn sample(&mut self, rtt: Nanos) {
+        let (srtt, rttvar) = match self.srtt {
+            None => (rtt, rtt / 2),
+            Some(s) => (
+                s - s / 8 + rtt / 8,
+                self.rttvar - self.rttvar / 4 + s.abs_diff(rtt) / 4,
+            ),
+        };
+        self.srtt = Some(srtt);
+        self.rttvar = rttvar;
+        self.rto = (srtt + 4 * rttvar).clamp(self.cfg.rto, MAX_RTO);
     }
 
     /// Number of chunks.
@@ -101,6 +142,7 @@ impl Striper {
         if let Some((gw, _)) = self.inflight.remove(&seq) {
             self.per_path[gw] -= 1;
             self.resent += 1;
+            self.retried[seq as usize] = true;
             self.queue.push_front(seq);
         }
     }
@@ -124,10 +166,15 @@ impl Striper {
         self.paths.set_alive(gw, true);
     }
 
-    /// The receiver has chunk `seq` (repeats are harmless).
-    pub fn on_ack(&mut self, seq: u64) {
-        if let Some((gw, _)) = self.inflight.remove(&seq) {
+    /// The receiver has chunk `seq` (repeats are harmless); `now` times
+    /// the round trip of a chunk sent once.
+    pub fn on_ack(&mut self, seq: u64, now: Nanos) {
+        self.answered = true;
+        if let Some((gw, at)) = self.inflight.remove(&seq) {
             self.per_path[gw] -= 1;
+            if !self.retried[seq as usize] {
+                self.sample(now.saturating_sub(at));
+            }
         }
         if let Some(a) = self.acked.get_mut(seq as usize) {
             if !*a {
@@ -142,9 +189,15 @@ impl Striper {
         let expired: Vec<u64> = self
             .inflight
             .iter()
-            .filter(|(_, (_, at))| at + self.cfg.rto <= now)
+            .filter(|(_, (_, at))| at + self.rto <= now)
             .map(|(s, _)| *s)
             .collect();
+        if !expired.is_empty() {
+            if !self.answered {
+                self.rto = (self.rto * 2).min(MAX_RTO);
+            }
+            self.answered = false;
+        }
         for seq in expired.into_iter().rev() {
             self.requeue(seq);
         }
@@ -168,14 +221,88 @@ impl Striper {
 
     /// When a chunk in flight next times out.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.inflight
-            .values()
-            .map(|(_, at)| at + self.cfg.rto)
-            .min()
+        self.inflight.values().map(|(_, at)| at + self.rto).min()
     }
 
     /// Whether every chunk has been acknowledged.
     pub fn is_complete(&self) -> bool {
         self.acked_count == self.chunks()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    fn one_gateway(window: usize) -> Striper {
+        Striper::new(
+            1 << 30,
+            1,
+            StripeConfig {
+                chunk: 1 << 20,
+                window,
+                rto: 500 * MS,
+            },
+        )
+    }
+
+    #[test]
+    fn the_timeout_follows_round_trips_longer_than_the_configured_one() {
+        let mut s = one_gateway(1);
+        let mut now = 0;
+        // Round trips grow from 400 ms to 1.2 s (a queue filling up): the
+        // timeout keeps ahead and nothing is sent twice.
+        for rtt in [400, 600, 800, 1000, 1200, 1200, 1200, 1200].map(|m| m * MS) {
+            let t = s.poll_transmit(now).expect("room");
+            // Look in just before the answer: not expired.
+            assert!(s.poll_transmit(now + rtt - MS).is_none(), "rto {}", s.rto());
+            now += rtt;
+            s.on_ack(t.chunk.seq, now);
+        }
+        assert_eq!(s.resent, 0);
+        assert!(s.rto() >= 1200 * MS, "rto {}", s.rto());
+        // Short round trips bring it back down, never below the configured.
+        for _ in 0..200 {
+            let t = s.poll_transmit(now).expect("room");
+            now += 10 * MS;
+            s.on_ack(t.chunk.seq, now);
+        }
+        assert_eq!(s.rto(), 500 * MS);
+    }
+
+    #[test]
+    fn a_lost_chunk_among_answered_ones_does_not_back_off() {
+        let mut s = one_gateway(2);
+        let lost = s.poll_transmit(0).unwrap();
+        let fine = s.poll_transmit(0).unwrap();
+        s.on_ack(fine.chunk.seq, 100 * MS);
+        let again = s.poll_transmit(500 * MS).unwrap();
+        assert_eq!(again.chunk.seq, lost.chunk.seq);
+        assert_eq!(s.rto(), 500 * MS);
+    }
+
+    #[test]
+    fn expiries_back_off_and_resent_chunks_give_no_samples() {
+        let mut s = one_gateway(1);
+        let t = s.poll_transmit(0).unwrap();
+        assert_eq!(s.next_deadline(), Some(500 * MS));
+        // Expires at 500 ms: sent again, timeout doubled.
+        let again = s.poll_transmit(500 * MS).unwrap();
+        assert_eq!(again.chunk.seq, t.chunk.seq);
+        assert_eq!(s.rto(), 1000 * MS);
+        assert_eq!(s.next_deadline(), Some(1500 * MS));
+        let third = s.poll_transmit(1500 * MS).unwrap();
+        assert_eq!(third.chunk.seq, t.chunk.seq);
+        assert_eq!(s.rto(), 2000 * MS);
+        // Its answer is ambiguous (which sending?): no sample, no change.
+        s.on_ack(t.chunk.seq, 1600 * MS);
+        assert_eq!(s.rto(), 2000 * MS);
+        assert_eq!(s.resent, 2);
+        // A chunk sent once gives a sample again.
+        let u = s.poll_transmit(1600 * MS).unwrap();
+        s.on_ack(u.chunk.seq, 1700 * MS);
+        assert_eq!(s.rto(), 500 * MS, "100 ms + 4 x 50 ms, raised to the least");
     }
 }

@@ -143,7 +143,7 @@ fn transfer_with(
                     }
                     sim.send(now, gw, 64, Ev::Ack { gw, seq });
                 }
-                Ev::Ack { gw, seq } if sim.alive(gw, now) => striper.on_ack(seq),
+                Ev::Ack { gw, seq } if sim.alive(gw, now) => striper.on_ack(seq, now),
                 Ev::Probe { gw, seq } if sim.alive(gw, now) => {
                     sim.send(now, gw, 64, Ev::Reply { gw, seq })
                 }

@@ -225,9 +225,9 @@ pub fn send(
                 Ok(Msg::Ack {
                     transfer: t, seq, ..
                 }) if t == transfer => {
-                    striper.on_ack(seq);
-                    acked += 1;
                     let now = clock_ns();
+                    striper.on_ack(seq, now);
+                    acked += 1;
                     longest = longest.max(now - last_ack);
                     last_ack = now;
                     progress(acked, striper.chunks());
