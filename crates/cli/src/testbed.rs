@@ -257,7 +257,8 @@ impl Testbed {
     }
 
     /// Sets up the kernel's equal-cost multipath routes from compute to
-    /// [`ECMP_ADDR`] over every gateway, with L4 hashing.
+    /// [`ECMP_ADDR`] over every gateway, with L4 hashing, and routes from
+    /// compute to the storage network behind each gateway.
     pub fn kernel_ecmp(&self) -> Result<(), String> {
         let (c, s) = (self.compute(), self.storage());
         in_ns(
@@ -296,6 +297,13 @@ impl Testbed {
                 ],
             )?;
             route.extend(["nexthop".into(), "via".into(), format!("10.71.{i}.2")]);
+            // The storage network behind each gateway, for connections
+            // that storage hosts open towards compute hosts.
+            for j in 0..self.shape.links {
+                let net = format!("10.{}.{i}.0/24", 72 + 2 * j);
+                let via = format!("10.71.{i}.2");
+                in_ns(&c, &["ip", "route", "add", &net, "via", &via])?;
+            }
         }
         in_ns(
             &c,

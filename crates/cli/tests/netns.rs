@@ -236,3 +236,74 @@ fn a_storage_link_gone_dark_mid_transfer_loses_nothing() {
     assert!(r.verified, "{r:?}");
     assert_eq!(r.bytes, 24 << 20);
 }
+
+#[test]
+fn the_file_service_reaches_storage_through_routing_gateways() {
+    let Some(tb) = testbed(2, 1) else {
+        return;
+    };
+    tb.kernel_ecmp().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let secret = "namespace test secret, long enough";
+    // Each host meets others of its own namespace only: no shared memory
+    // between compute and storage, so the data crosses the gateways.
+    let mut serve = std::process::Command::new("ip");
+    serve
+        .args(["netns", "exec", &tb.storage(), EXE, "serve"])
+        .arg(&export)
+        .args([
+            "--listen",
+            &format!("{}:7130", macrolink::testbed::ECMP_ADDR),
+        ])
+        .arg("--shm-dir")
+        .arg(dir.path().join("shm-storage"))
+        .env("MACROLINK_SECRET", secret);
+    let _server = macrolink::peer::Peer::spawn_cmd(serve).unwrap();
+    let data = macrolink::gwbench::payload(16 << 20);
+    let src = dir.path().join("src");
+    std::fs::write(&src, &data).unwrap();
+    let url = format!("ml://{}:7130/f", macrolink::testbed::ECMP_ADDR);
+    let back = dir.path().join("back");
+    let before: u64 = (0..2)
+        .map(|i| sent_bytes(&tb.gateway(i), &tb.storage_link(i, 0)))
+        .sum();
+    for (from, to) in [
+        (src.display().to_string(), url.clone()),
+        (url, back.display().to_string()),
+    ] {
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &tb.compute(),
+                EXE,
+                "cp",
+                "-q",
+                "--streams",
+                "4",
+            ])
+            .args([&from, &to])
+            .arg("--shm-dir")
+            .arg(dir.path().join("shm-compute"))
+            .env("MACROLINK_SECRET", secret)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{from} -> {to}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(std::fs::read(&back).unwrap() == data, "content differs");
+    assert!(std::fs::read(export.join("f")).unwrap() == data);
+    let after: u64 = (0..2)
+        .map(|i| sent_bytes(&tb.gateway(i), &tb.storage_link(i, 0)))
+        .sum();
+    assert!(
+        after - before >= 16 << 20,
+        "the upload crossed the gateways' storage links ({} bytes)",
+        after - before
+    );
+}
