@@ -32,6 +32,10 @@ pub struct Args {
     /// Streams of `macrolink cp`.
     #[arg(long, default_value_t = 2)]
     streams: u32,
+    /// Move macrolink's data over TCP, as between two hosts, instead of
+    /// shared memory.
+    #[arg(long)]
+    no_shm: bool,
     /// Directory to work in (default: a new one in the system's temporary
     /// directory, removed afterwards).
     #[arg(long)]
@@ -211,6 +215,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         c.args(["cp", "-q", "--streams", &a.streams.to_string()])
             .args(args)
             .env("MACROLINK_SECRET", &secret);
+        if a.no_shm {
+            c.arg("--no-shm");
+        }
         c
     };
     let xrdcp = |from: String, to: String| {
@@ -284,11 +291,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         cp_mb_s: mb(best(runs, rm(target.clone()), || cp(&up, &target))?),
     });
 
+    drop(xrd);
+    for f in [
+        &src,
+        &up,
+        &target,
+        &dl,
+        &local.join("xrootd.cfg"),
+        &local.join("xrootd.log"),
+    ] {
+        let _ = std::fs::remove_file(f);
+    }
     print!("{}", table(&rows));
     println!(
         "{} bytes, best of {runs} runs of each whole command; page cache warm; \
-         macrolink cp with {} streams over shared memory",
-        a.size, a.streams
+         macrolink cp with {} streams over {}",
+        a.size,
+        a.streams,
+        if a.no_shm { "TCP" } else { "shared memory" }
     );
     if let Some(p) = &a.json {
         report::write_json(p, &rows)?;

@@ -291,3 +291,36 @@ fn two_hosts_via_listen_and_connect() {
     // The initiator tells the target to quit when it is done.
     assert!(target.0.wait().unwrap().success());
 }
+
+#[test]
+fn files_bench_rows_have_every_case_and_positive_rates() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("files.json");
+    let work = d.path().join("work");
+    let text = run(&[
+        "bench",
+        "files",
+        "--size",
+        "3MiB",
+        "--runs",
+        "1",
+        "--dir",
+        work.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert!(text.contains("download to /dev/null"), "{text}");
+    let rows = json(&j);
+    let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(
+        cases,
+        ["download to /dev/null", "download to a file", "upload"]
+    );
+    for r in &rows {
+        assert!(num(r, "ours_mb_s") > 0.0 && num(r, "cp_mb_s") > 0.0, "{r}");
+        // The xrdcp column is there when xrootd is installed, else null.
+        assert!(r["xrdcp_mb_s"].is_null() || num(r, "xrdcp_mb_s") > 0.0);
+    }
+    // What it made in a directory it was given, it removed.
+    assert!(!work.join("export/src").exists() && !work.join("local/up").exists());
+}
