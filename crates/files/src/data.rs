@@ -197,6 +197,14 @@ impl Shared {
         }
     }
 
+    /// Passes a stream's result on; a failure stops the other streams.
+    fn stop_others_on_error<T>(&self, r: Result<T, DataError>) -> Result<T, DataError> {
+        if r.is_err() {
+            self.abort.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
     fn pace(&self, n: usize) -> Result<(), DataError> {
         match &self.limit {
             Some(p) => p.take(n as u64, self),
@@ -256,11 +264,7 @@ impl Receiver {
         sink: &dyn Sink,
         shared: &Shared,
     ) -> Result<Vec<(u64, Digest)>, DataError> {
-        let r = self.receive(shape, s, n, sink, shared);
-        if r.is_err() {
-            shared.abort.store(true, Ordering::Relaxed);
-        }
-        r
+        shared.stop_others_on_error(self.receive(shape, s, n, sink, shared))
     }
 
     fn receive(
@@ -362,11 +366,7 @@ impl Sender {
         source: &dyn Source,
         shared: &Shared,
     ) -> Result<Vec<(u64, Digest)>, DataError> {
-        let r = self.send(shape, s, n, source, shared);
-        if r.is_err() {
-            shared.abort.store(true, Ordering::Relaxed);
-        }
-        r
+        shared.stop_others_on_error(self.send(shape, s, n, source, shared))
     }
 
     fn send(

@@ -115,7 +115,8 @@ impl Export {
         self.read_only
     }
 
-    fn writable(&self, path: &str) -> OpResult<()> {
+    /// Refuses when the export is read-only.
+    pub fn writable(&self, path: &str) -> OpResult<()> {
         if self.read_only {
             return Err(Failure::new(
                 Code::ReadOnly,

@@ -207,7 +207,7 @@ impl Server {
             let (stream, peer) = match self.listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.raw_os_error() == Some(libc_emfile()) => {
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
                     tracing::warn!("accept: {e}; waiting");
                     thread::sleep(Duration::from_millis(100));
                     continue;
@@ -218,11 +218,6 @@ impl Server {
             thread::spawn(move || serve_connection(shared, stream, peer));
         }
     }
-}
-
-/// EMFILE: out of file descriptors, which passes.
-fn libc_emfile() -> i32 {
-    24
 }
 
 fn refuse(stream: &mut TcpStream, f: Failure) {

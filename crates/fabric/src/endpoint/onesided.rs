@@ -46,22 +46,16 @@ impl Endpoint {
         key: RegionKey,
         notify: bool,
     ) -> Result<PutHandle> {
-        let e = self.entry(t)?;
-        if e.mode != Mode::Put {
-            return Err(Error::WrongMode(e.mode));
-        }
-        let Route::Conn { slot, gen } = e.route else {
-            return Err(Error::BadTarget);
-        };
+        let (peer, slot, gen, shm) = self.put_route(t)?;
         if offset.checked_add(data.len() as u64).is_none() {
             return Err(Error::PutRefused(Refusal::OutOfBounds));
         }
-        if matches!(self.conn_mut(e.peer, slot, gen)?.stream, Stream::Shm(_)) {
+        if shm {
             let fill = |dst: &mut [u8]| {
                 dst.copy_from_slice(data);
                 Ok(())
             };
-            return self.put_direct(e.peer, slot, gen, data.len(), offset, key, notify, fill);
+            return self.put_direct(peer, slot, gen, data.len(), offset, key, notify, fill);
         }
         while self.core.puts.next_busy() {
             self.progress()?;
@@ -69,7 +63,7 @@ impl Endpoint {
                 self.idle(Deadline::Never)?;
             }
         }
-        self.conn_mut(e.peer, slot, gen)?;
+        self.conn_mut(peer, slot, gen)?;
         let seq = self.core.puts.post(slot, gen);
         let mut h = Header::new(FrameKind::Put);
         h.flags = if notify {
@@ -79,7 +73,7 @@ impl Endpoint {
         };
         h.src_node = self.node.id;
         h.src_ep = self.id;
-        h.dst_ep = e.peer.ep;
+        h.dst_ep = peer.ep;
         h.seq = seq;
         h.key = key.0;
         h.total = data.len() as u64;
@@ -88,7 +82,7 @@ impl Endpoint {
             let n = (data.len() - off).min(MAX_FRAME as usize);
             h.offset = offset + off as u64;
             h.len = n as u32;
-            self.send_frame(e.peer, slot, gen, &h, &data[off..off + n])?;
+            self.send_frame(peer, slot, gen, &h, &data[off..off + n])?;
             off += n;
             if off == data.len() {
                 break;
@@ -96,6 +90,20 @@ impl Endpoint {
         }
         self.core.stats.bytes_out += data.len() as u64;
         Ok(PutHandle(seq))
+    }
+
+    /// The connection a put target's traffic takes, and whether it is
+    /// shared memory (where puts go straight into the mapped region).
+    fn put_route(&mut self, t: Target) -> Result<(Addr, u32, u32, bool)> {
+        let e = self.entry(t)?;
+        if e.mode != Mode::Put {
+            return Err(Error::WrongMode(e.mode));
+        }
+        let Route::Conn { slot, gen } = e.route else {
+            return Err(Error::BadTarget);
+        };
+        let shm = matches!(self.conn_mut(e.peer, slot, gen)?.stream, Stream::Shm(_));
+        Ok((e.peer, slot, gen, shm))
     }
 
     /// Posts a put of `len` bytes that `fill` writes: over shared memory
@@ -113,15 +121,9 @@ impl Endpoint {
         scratch: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
     ) -> Result<PutHandle> {
-        let e = self.entry(t)?;
-        if e.mode != Mode::Put {
-            return Err(Error::WrongMode(e.mode));
-        }
-        let Route::Conn { slot, gen } = e.route else {
-            return Err(Error::BadTarget);
-        };
-        if matches!(self.conn_mut(e.peer, slot, gen)?.stream, Stream::Shm(_)) {
-            return self.put_direct(e.peer, slot, gen, len, offset, key, notify, fill);
+        let (peer, slot, gen, shm) = self.put_route(t)?;
+        if shm {
+            return self.put_direct(peer, slot, gen, len, offset, key, notify, fill);
         }
         scratch.resize(len, 0);
         fill(&mut scratch[..])?;

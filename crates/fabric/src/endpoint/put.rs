@@ -202,11 +202,9 @@ impl RemoteRegion {
         let Some(m) = &self.map else {
             return fill(&mut []);
         };
-        // SAFETY: offset + len lies inside the mapping (asserted), which
-        // lives as long as self; no other slice of it exists in this
-        // process while `fill` runs (the endpoint is borrowed mutably).
         // The target process may read these bytes concurrently, which put
         // mode leaves to the application (it reads after notification).
+        // SAFETY: in bounds (asserted); the mapping lives as long as self; `&mut` use of the endpoint keeps other slices of it away while `fill` runs.
         let dst = unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(offset), len) };
         fill(dst)
     }

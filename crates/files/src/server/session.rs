@@ -242,29 +242,24 @@ impl Session {
             }
             let guard = self.open_counted()?;
             let x = &self.shared.export;
-            let file = match landing {
-                Landing::Replace { .. } => x.open_partial(path, shape.offset > 0)?,
-                Landing::InPlace => x.open_in_place(path)?,
-            };
+            x.writable(path)?;
             let mut receivers = Vec::new();
             for _ in 0..streams {
                 let r = Receiver::open(&self.shared.node, self.shared.ep_id(), &shape)
                     .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))?;
                 receivers.push(r);
             }
+            // Last, so that a refusal never touches a partial file that
+            // another upload, or a later resume, owns.
+            let file = match landing {
+                Landing::Replace { .. } => x.open_partial(path, shape.offset > 0)?,
+                Landing::InPlace => x.open_in_place(path)?,
+            };
             Ok((guard, file, receivers))
         })();
         let (_guard, file, receivers) = match opened {
             Ok(x) => x,
-            Err(f) => {
-                if matches!(landing, Landing::Replace { .. }) && f.code != Code::ReadOnly {
-                    // Nothing was received; a fresh partial file is no use.
-                    if shape.offset == 0 {
-                        self.shared.export.drop_partial(path);
-                    }
-                }
-                return Ok(self.reply(failure(f))?);
-            }
+            Err(f) => return Ok(self.reply(failure(f))?),
         };
         self.reply(Reply::Receiving {
             streams: receivers.iter().map(Receiver::end).collect(),
