@@ -142,6 +142,30 @@ impl Cluster {
     }
 
     /// The transfer settings the file asks for.
+    /// Names and lanes of the file services of storage hosts, for clients.
+    pub fn file_routes(&self, opts: &mut macrolink_files::ClientOptions) {
+        for s in self.hosts.iter().filter(|h| h.role == Role::Storage) {
+            let Some(files) = s.files else { continue };
+            opts.hosts.insert(s.name.clone(), files);
+            let Some(lane) = self.lane_of(&s.name) else {
+                continue;
+            };
+            let gateways = lane
+                .gateways
+                .iter()
+                .filter_map(|g| self.host(g))
+                .filter_map(|g| Some((macrolink_fabric::Addr::new(g.node, 1), g.listen()?)))
+                .collect();
+            opts.lanes.insert(
+                files,
+                macrolink_files::lane::Route {
+                    gateways,
+                    send: self.send_config(),
+                },
+            );
+        }
+    }
+
     pub fn send_config(&self) -> macrolink_gwnet::client::SendConfig {
         macrolink_gwnet::client::SendConfig {
             stripe: macrolink_gateway::stripe::StripeConfig {
@@ -154,6 +178,7 @@ impl Cluster {
                 misses: self.health.misses,
             },
             pinned: false,
+            patience: 0,
         }
     }
 

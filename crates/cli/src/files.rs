@@ -63,6 +63,18 @@ pub struct ServeArgs {
     /// Directory where fabric nodes of this host meet.
     #[arg(long)]
     shm_dir: Option<PathBuf>,
+    /// Fabric node id of this storage host, as the cluster file names it
+    /// (gateways relay file data to it there).
+    #[arg(long, requires = "fabric")]
+    node: Option<u32>,
+    /// TCP address of the fabric node (the host's storage-side address in
+    /// the cluster file).
+    #[arg(long, requires = "node")]
+    fabric: Option<SocketAddr>,
+    /// Also receive striped transfers on endpoint 1 (what `macrolink sink`
+    /// does), so that one process is the whole storage host.
+    #[arg(long, requires = "node")]
+    sink: bool,
     #[command(flatten)]
     secret: SecretArgs,
 }
@@ -81,14 +93,34 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             open_files_per_client: a.max_open_per_client,
         },
         shm_dir: a.shm_dir.unwrap_or_else(macrolink_fabric::default_shm_dir),
+        fabric: a.node.zip(a.fabric),
     })?;
+    if a.sink {
+        start_sink(&server)?;
+    }
     let addr = server.local_addr()?;
+    let fabric = match (a.node, server.node().tcp_addr()) {
+        (Some(_), Some(f)) => format!(" fabric={f}"),
+        _ => String::new(),
+    };
     println!(
-        "ready tcp={addr} url=ml://{addr}/ root={}{}",
+        "ready tcp={addr} url=ml://{addr}/ root={}{}{fabric}",
         a.root.display(),
         if a.read_only { " read-only" } else { "" }
     );
     server.run()?;
+    Ok(())
+}
+
+/// Receives striped transfers on endpoint 1 of the server's node, on a
+/// thread of its own.
+pub fn start_sink(server: &Server) -> anyhow::Result<()> {
+    let ep = server.node().open(1, crate::roles::endpoint_config())?;
+    std::thread::spawn(move || {
+        if let Err(e) = macrolink_gwnet::sink::run(ep, None) {
+            tracing::error!("sink: {e}");
+        }
+    });
     Ok(())
 }
 
@@ -103,18 +135,28 @@ pub struct ClientArgs {
     /// Directory where fabric nodes of this host meet.
     #[arg(long)]
     pub shm_dir: Option<PathBuf>,
+    /// Cluster file: storage hosts may be named in URLs (ml://store0/path),
+    /// and file data goes through the gateways of their lane.
+    #[arg(long, env = "MACROLINK_CLUSTER")]
+    pub cluster: Option<PathBuf>,
 }
 
 impl ClientArgs {
     /// The client settings these arguments make.
-    pub fn options(&self) -> ClientOptions {
-        ClientOptions {
+    pub fn options(&self) -> Result<ClientOptions, Error> {
+        let mut opts = ClientOptions {
             shm_dir: self
                 .shm_dir
                 .clone()
                 .unwrap_or_else(macrolink_fabric::default_shm_dir),
             no_shm: self.no_shm,
+            ..ClientOptions::default()
+        };
+        if let Some(p) = &self.cluster {
+            let c = crate::cluster::Cluster::load(p).map_err(|e| Error::Usage(format!("{e:#}")))?;
+            c.file_routes(&mut opts);
         }
+        Ok(opts)
     }
 
     /// The same arguments on another command line.
@@ -129,6 +171,10 @@ impl ClientArgs {
         }
         if let Some(p) = &self.shm_dir {
             out.push("--shm-dir".into());
+            out.push(p.into());
+        }
+        if let Some(p) = &self.cluster {
+            out.push("--cluster".into());
             out.push(p.into());
         }
         out
@@ -219,7 +265,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         recursive: a.recursive,
         limit_rate: a.limit_rate,
         verify: !a.no_verify,
-        client: a.client.options(),
+        client: a.client.options()?,
     };
     let mut copier = Copier::new(a.client.secret.load()?, opts);
     let progress = copier.progress.clone();
@@ -261,6 +307,14 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
                 String::new()
             }
         );
+        if !r.through.is_empty() {
+            let per: Vec<String> = r
+                .through
+                .iter()
+                .map(|(gw, n)| format!("node {gw}: {n}"))
+                .collect();
+            eprintln!("chunks through gateways: {}", per.join(", "));
+        }
     }
     Ok(())
 }
@@ -281,7 +335,7 @@ pub struct PathArgs {
 fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
     match a.url.parse()? {
         Location::Remote { server, path } => {
-            let c = Client::connect(&server, &a.client.secret.load()?, &a.client.options())?;
+            let c = Client::connect(&server, &a.client.secret.load()?, &a.client.options()?)?;
             Ok((c, path))
         }
         Location::Local(_) => Err(Error::Usage(format!("{}: not an ml:// URL", a.url))),

@@ -58,6 +58,10 @@ pub struct Row {
     pub kernel_1_flow: Option<f64>,
     /// Kernel ECMP, iperf3 eight flows, MB/s.
     pub kernel_8_flows: Option<f64>,
+    /// `macrolink cp` of the same bytes up through the lane, MB/s.
+    pub cp_up: f64,
+    /// `macrolink cp` back down through the lane, MB/s.
+    pub cp_down: f64,
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -83,6 +87,7 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
             misses,
         },
         pinned: false,
+        patience: 0,
     }
 }
 
@@ -238,6 +243,152 @@ pub fn striped(
     })
 }
 
+/// What `cp` did through a lane of the testbed.
+#[derive(Debug, Default)]
+pub struct LaneCopy {
+    /// Upload, MB/s, as `cp` timed it.
+    pub up: f64,
+    /// Download, MB/s.
+    pub down: f64,
+    /// Chunks each gateway carried (by node), up then down.
+    pub carried: [Vec<(u32, u64)>; 2],
+    /// Bytes each gateway's first storage-side link sent during the upload.
+    pub link_bytes: Vec<u64>,
+}
+
+/// Bytes a qdisc has sent, from `tc -s qdisc show`.
+pub fn qdisc_sent(ns: &str, dev: &str) -> anyhow::Result<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "Sent")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no Sent in {text}"))
+}
+
+fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
+    let rate = stderr
+        .lines()
+        .find_map(|l| l.split_once(" MB/s)").map(|(a, _)| a))
+        .and_then(|a| a.rsplit_once('(').map(|(_, r)| r))
+        .and_then(|r| r.parse().ok())
+        .with_context(|| format!("cp printed no rate: {stderr}"))?;
+    let per = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("chunks through gateways: "))
+        .map(|l| {
+            l.split(", ")
+                .filter_map(|p| {
+                    let (g, n) = p.strip_prefix("node ")?.split_once(": ")?;
+                    Some((g.parse().ok()?, n.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((rate, per))
+}
+
+/// The file service of the storage host (its node 10, which also takes
+/// striped transfers) behind `n` relaying gateways: `cp` of `mib` MiB up and
+/// back down from the compute host, with a cluster file naming the lane.
+/// The contact connection goes by the kernel's routes (set up here); the
+/// data through the relays. Both copies are compared with the source.
+pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::Result<LaneCopy> {
+    tb.kernel_ecmp().map_err(anyhow::Error::msg)?;
+    let dir = tempfile::tempdir()?;
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export)?;
+    let secret = "gateway testbed secret, long enough";
+    let files = format!("{ECMP_ADDR}:7130");
+    let mut serve = Command::new("ip");
+    serve
+        .args(["netns", "exec", &tb.storage()])
+        .arg(exe)
+        .arg("serve")
+        .arg(&export)
+        .args(["--listen", &files, "--node", "10", "--sink"])
+        .args(["--fabric", &format!("0.0.0.0:{PORT}")])
+        .arg("--shm-dir")
+        .arg(dir.path().join("shm-storage"))
+        .env("MACROLINK_SECRET", secret);
+    let _server = Peer::spawn_cmd(serve)?;
+    let mut gateways = Vec::new();
+    let mut hosts = String::new();
+    for i in 0..n {
+        let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
+        for a in tb.storage_addrs(i) {
+            args.push("--peer".into());
+            args.push(format!("10={a}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let node = 21 + i as u32;
+        gateways.push(tb.spawn(exe, &tb.gateway(i), "gateway", node, &args, dir.path())?);
+        hosts.push_str(&format!(
+            "[[host]]\nname = \"gw{i}\"\nrole = \"gateway\"\nnode = {node}\nfabric = \"{}\"\n",
+            tb.gateway_addr(i)
+        ));
+    }
+    let names: Vec<String> = (0..n).map(|i| format!("\"gw{i}\"")).collect();
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(
+        &cluster,
+        format!(
+            "{hosts}[[host]]\nname = \"store0\"\nrole = \"storage\"\nnode = 10\n\
+             storage = \"{}\"\nfiles = \"{files}\"\n\
+             [[lane]]\ngateways = [{}]\nstorage = [\"store0\"]\n",
+            tb.storage_addrs(0)[0],
+            names.join(", ")
+        ),
+    )?;
+    let data = payload(mib << 20);
+    let src = dir.path().join("src");
+    std::fs::write(&src, &data)?;
+    let back = dir.path().join("back");
+    let links = || -> anyhow::Result<Vec<u64>> {
+        (0..n)
+            .map(|i| qdisc_sent(&tb.gateway(i), &tb.storage_link(i, 0)))
+            .collect()
+    };
+    let mut out = LaneCopy::default();
+    let before = links()?;
+    for (k, (from, to)) in [
+        (src.display().to_string(), "ml://store0/f".to_string()),
+        ("ml://store0/f".to_string(), back.display().to_string()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &tb.compute()])
+            .arg(exe)
+            .args(["cp", &from, &to, "--cluster"])
+            .arg(&cluster)
+            .arg("--shm-dir")
+            .arg(dir.path().join("shm-compute"))
+            .env("MACROLINK_SECRET", secret)
+            .output()?;
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !o.status.success() {
+            bail!("cp {from} {to}: {err}");
+        }
+        let (rate, per) = copied(&err)?;
+        if k == 0 {
+            out.up = rate;
+            out.link_bytes = links()?.iter().zip(&before).map(|(a, b)| a - b).collect();
+        } else {
+            out.down = rate;
+        }
+        out.carried[k] = per;
+    }
+    if std::fs::read(export.join("f"))? != data || std::fs::read(&back)? != data {
+        bail!("a copy through the lane differs from its source");
+    }
+    Ok(out)
+}
+
 /// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
 fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
     let mut srv = Command::new("ip")
@@ -313,6 +464,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         } else {
             (None, None)
         };
+        let cp = files_through(&exe, &tb, n, a.mib)?;
         rows.push(Row {
             gateways: n,
             macrolink: mbs,
@@ -320,6 +472,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             macrolink_8_flows: many,
             kernel_1_flow: k1,
             kernel_8_flows: k8,
+            cp_up: cp.up,
+            cp_down: cp.down,
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -328,25 +482,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>14} {:>15}",
+        "{:>8} {:>14} {:>12} {:>17} {:>14} {:>15} {:>10} {:>10}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
         "macrolink 8 flows",
         "kernel 1 flow",
-        "kernel 8 flows"
+        "kernel 8 flows",
+        "cp up",
+        "cp down"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>14} {:>15}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>14} {:>15} {:>10.1} {:>10.1}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
             r.macrolink_8_flows,
             f(r.kernel_1_flow),
-            f(r.kernel_8_flows)
+            f(r.kernel_8_flows),
+            r.cp_up,
+            r.cp_down
         );
     }
+    println!("cp: macrolink cp through the lane's relays, the file service on the storage host (contact by IP routes)");
     eprintln!("bonding ...");
     println!(
         "bonding: one gateway with 1 and with 2 storage-side links of {} each",

@@ -15,6 +15,8 @@ pub struct Peer {
     pub tcp: std::net::SocketAddr,
     /// Region key of each endpoint.
     pub keys: Vec<(u32, RegionKey)>,
+    /// A file service's fabric node address, when it names one.
+    pub fabric: Option<std::net::SocketAddr>,
 }
 
 impl Peer {
@@ -77,7 +79,13 @@ impl Peer {
                 keys.push((ep, RegionKey(key)));
             } else if line.starts_with("ready ") {
                 let tcp = field("tcp=").context("tcp")?.parse()?;
-                return Ok(Peer { child, tcp, keys });
+                let fabric = field("fabric=").map(|f| f.parse()).transpose()?;
+                return Ok(Peer {
+                    child,
+                    tcp,
+                    keys,
+                    fabric,
+                });
             }
         }
     }

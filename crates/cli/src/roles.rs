@@ -26,12 +26,7 @@ fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     }
     let node = Node::start(args.node.config()).context("starting the node")?;
-    let cfg = EndpointConfig {
-        completion: Completion::Wait,
-        tokens: 256,
-        ..EndpointConfig::default()
-    };
-    let ep = node.open(args.ep, cfg)?;
+    let ep = node.open(args.ep, endpoint_config())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -41,6 +36,15 @@ fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
     )?;
     out.flush()?;
     Ok((node, ep))
+}
+
+/// Settings of a gateway's or storage host's endpoint.
+pub fn endpoint_config() -> EndpointConfig {
+    EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 256,
+        ..EndpointConfig::default()
+    }
 }
 
 /// Relays between compute and storage hosts.

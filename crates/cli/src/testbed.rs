@@ -45,6 +45,7 @@ pub struct Testbed {
     tag: String,
     shape: Shape,
     namespaces: Vec<String>,
+    ecmp: std::sync::atomic::AtomicBool,
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
@@ -123,6 +124,7 @@ impl Testbed {
             tag: tag.clone(),
             shape,
             namespaces: Vec::new(),
+            ecmp: std::sync::atomic::AtomicBool::new(false),
         };
         let all: Vec<String> = (0..shape.compute)
             .map(|c| tb.compute_ns(c))
@@ -258,8 +260,12 @@ impl Testbed {
 
     /// Sets up the kernel's equal-cost multipath routes from compute to
     /// [`ECMP_ADDR`] over every gateway, with L4 hashing, and routes from
-    /// compute to the storage network behind each gateway.
+    /// compute to the storage network behind each gateway. Once: a second
+    /// call finds them there.
     pub fn kernel_ecmp(&self) -> Result<(), String> {
+        if self.ecmp.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
         let (c, s) = (self.compute(), self.storage());
         in_ns(
             &s,

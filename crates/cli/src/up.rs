@@ -118,12 +118,21 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> 
 /// Environment variable that carries the file service's secret to hosts.
 const SECRET_VAR: &str = "MACROLINK_SECRET";
 
-/// Starts the file service of storage host `h` as a process, exporting
-/// `export`.
+/// Starts storage host `h` as one process: its file service, exporting
+/// `export`, on the host's fabric node, which also receives striped
+/// transfers.
 fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Result<Peer> {
     let listen = h.files.context("no files address")?;
+    let fabric = h.listen().context("no storage address")?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["serve", "--listen", &listen.to_string()])
+        .args([
+            "--node",
+            &h.node.to_string(),
+            "--fabric",
+            &fabric.to_string(),
+        ])
+        .arg("--sink")
         .arg(export)
         .arg("--shm-dir")
         .arg(shm);
@@ -143,11 +152,17 @@ fn check_files(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<
     let mut ok = true;
     for s in c.hosts.iter().filter(|s| s.files.is_some()) {
         let addr = s.files.context("files address")?;
+        let mut client = macrolink_files::ClientOptions {
+            shm_dir: shm.to_path_buf(),
+            ..Default::default()
+        };
+        c.file_routes(&mut client);
+        let through = match c.lane_of(&s.name) {
+            Some(l) => l.gateways.join(","),
+            None => "direct".to_string(),
+        };
         let opts = CopyOptions {
-            client: macrolink_files::ClientOptions {
-                shm_dir: shm.to_path_buf(),
-                no_shm: false,
-            },
+            client,
             ..CopyOptions::default()
         };
         let mut copier = Copier::new(Secret::new(secret.as_bytes())?, opts);
@@ -163,22 +178,16 @@ fn check_files(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<
         copier
             .client(&addr.to_string())?
             .remove(&format!("check-{}", h.name), false)?;
-        println!(
-            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  file service, cp up",
-            h.name,
-            s.name,
-            up.bytes,
-            up.bytes as f64 / up.secs / 1e6,
-            if same { "yes" } else { "NO" },
-        );
-        println!(
-            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  file service, cp down",
-            h.name,
-            s.name,
-            down.bytes,
-            down.bytes as f64 / down.secs / 1e6,
-            if same { "yes" } else { "NO" },
-        );
+        for (what, r) in [("up", &up), ("down", &down)] {
+            println!(
+                "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {through} (cp {what})",
+                h.name,
+                s.name,
+                r.bytes,
+                r.bytes as f64 / r.secs / 1e6,
+                if same { "yes" } else { "NO" },
+            );
+        }
     }
     Ok(ok)
 }
@@ -209,18 +218,19 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
-        let role = if h.role == Role::Gateway {
-            "gateway"
+        if h.files.is_none() {
+            let role = if h.role == Role::Gateway {
+                "gateway"
+            } else {
+                "sink"
+            };
+            let extra = role_args(&cluster, h);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)
+                .with_context(|| format!("starting {}", h.name))?;
+            eprintln!("{} ({:?}, node {}) up at {}", h.name, h.role, h.node, p.tcp);
+            hosts.push(p);
         } else {
-            "sink"
-        };
-        let extra = role_args(&cluster, h);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)
-            .with_context(|| format!("starting {}", h.name))?;
-        eprintln!("{} ({:?}, node {}) up at {}", h.name, h.role, h.node, p.tcp);
-        hosts.push(p);
-        if h.files.is_some() {
             let export = match &h.export {
                 Some(e) => e.clone(),
                 None => {
@@ -231,8 +241,11 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
             };
             let p = spawn_files(&exe, h, &export, dir.path())?;
             eprintln!(
-                "{} file service at ml://{}/ exporting {}",
+                "{} ({:?}, node {}) up at {}; file service at ml://{}/ exporting {}",
                 h.name,
+                h.role,
+                h.node,
+                h.listen().map(|a| a.to_string()).unwrap_or_default(),
                 p.tcp,
                 export.display()
             );
@@ -256,8 +269,10 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the file service of storage host `h` on a thread of this process.
-fn start_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
+/// Runs storage host `h` with its file service: the service's fabric node
+/// is the host's, and also receives striped transfers. Never returns but
+/// with an error.
+fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
     use macrolink_files::{Limits, ServeConfig, Server};
     let export = h
         .export
@@ -274,18 +289,27 @@ fn start_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
         read_only: false,
         limits: Limits::default(),
         shm_dir: shm.to_path_buf(),
+        fabric: Some((h.node, h.listen().context("no storage address")?)),
     })?;
+    crate::files::start_sink(&server)?;
     eprintln!(
         "{}: file service at ml://{}/ exporting {}",
         h.name,
         server.local_addr()?,
         export.display()
     );
-    std::thread::spawn(move || {
-        if let Err(e) = server.run() {
-            tracing::error!("file service: {e}");
-        }
-    });
+    println!(
+        "ready node={} tcp={} files={}",
+        h.node,
+        server
+            .node()
+            .tcp_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+        server.local_addr()?
+    );
+    std::io::Write::flush(&mut std::io::stdout())?;
+    server.run()?;
     Ok(())
 }
 
@@ -297,7 +321,11 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     match h.role {
         Role::Compute => {
             header();
-            anyhow::ensure!(check(&cluster, &h, &shm, a.mib)?, "some checks failed");
+            let mut ok = check(&cluster, &h, &shm, a.mib)?;
+            if cluster.hosts.iter().any(|s| s.files.is_some()) {
+                ok &= check_files(&cluster, &h, &shm, a.mib)?;
+            }
+            anyhow::ensure!(ok, "some checks failed");
             Ok(())
         }
         role => {
@@ -311,7 +339,7 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
                 .try_get_matches_from(argv)?,
             )?;
             if role == Role::Storage && h.files.is_some() {
-                start_file_service(&h, &shm)?;
+                return run_file_service(&h, &shm);
             }
             let args = crate::roles::Args {
                 node: node_args,

@@ -5,6 +5,7 @@ use macrolink::peer::Peer;
 use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+const SECRET: &str = "cluster test secret, long enough";
 
 #[test]
 fn up_starts_the_embedded_cluster_and_checks_its_path() {
@@ -18,13 +19,24 @@ fn up_starts_the_embedded_cluster_and_checks_its_path() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("compute0"))
-        .expect("a row for compute0");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("compute0")).collect();
+    assert_eq!(
+        rows.len(),
+        3,
+        "a striped transfer, cp up and cp down: {text}"
+    );
+    for row in &rows {
+        assert!(
+            row.contains("store0")
+                && row.contains(" yes ")
+                && row.contains(&(8u64 << 20).to_string())
+                && row.contains("gw0,gw1"),
+            "{row}"
+        );
+    }
     assert!(
-        row.contains("store0") && row.contains(" yes ") && row.contains(&(8u64 << 20).to_string()),
-        "{row}"
+        rows[1].ends_with("(cp up)") && rows[2].ends_with("(cp down)"),
+        "{text}"
     );
 }
 
@@ -41,6 +53,8 @@ impl Drop for Reap {
 fn node_runs_each_host_of_a_file_by_name_or_rank() {
     let d = tempfile::tempdir().unwrap();
     let file = d.path().join("c.toml");
+    let export = d.path().join("export");
+    std::fs::create_dir(&export).unwrap();
     std::fs::write(
         &file,
         r#"
@@ -61,16 +75,20 @@ name = "disk"
 role = "storage"
 node = 10
 storage = "127.0.0.1:7210"
+files = "127.0.0.1:7230"
+export = "EXPORT"
 
 [[lane]]
 gateways = ["gw"]
 storage = ["disk"]
-"#,
+"#
+        .replace("EXPORT", export.to_str().unwrap()),
     )
     .unwrap();
     let host = |name: &str| {
         let mut c = Command::new(EXE);
         c.args(["node"]).arg(&file).args(["--host", name]);
+        c.env("MACROLINK_SECRET", SECRET);
         Reap(Peer::spawn_cmd(c).unwrap())
     };
     let _disk = host("disk");
@@ -81,6 +99,7 @@ storage = ["disk"]
         .arg(&file)
         .args(["--mib", "4"])
         .env("SLURM_PROCID", "0")
+        .env("MACROLINK_SECRET", SECRET)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -89,10 +108,16 @@ storage = ["disk"]
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("cpu")).collect();
+    assert_eq!(
+        rows.len(),
+        3,
+        "a striped transfer, cp up and cp down: {text}"
+    );
+    assert!(rows.iter().all(|l| l.contains(" yes ")), "{text}");
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("cpu") && l.contains(" yes ")),
-        "{text}"
+        export.join("check-cpu").metadata().is_err(),
+        "the check cleans up"
     );
     // A rank past the hosts, and an unknown name, are clear errors.
     let bad = Command::new(EXE)

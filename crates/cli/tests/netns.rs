@@ -72,18 +72,8 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
     assert_eq!(r.bytes, 32 << 20);
 }
 
-/// Bytes a qdisc has sent, from `tc -s qdisc show`.
 fn sent_bytes(ns: &str, dev: &str) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .skip_while(|w| *w != "Sent")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no Sent in {text}"))
+    macrolink::gwbench::qdisc_sent(ns, dev).unwrap()
 }
 
 #[test]
@@ -306,4 +296,29 @@ fn the_file_service_reaches_storage_through_routing_gateways() {
         "the upload crossed the gateways' storage links ({} bytes)",
         after - before
     );
+}
+
+#[test]
+fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
+    let Some(tb) = testbed(2, 1) else {
+        return;
+    };
+    // Both copies are compared with their source inside.
+    let r = macrolink::gwbench::files_through(Path::new(EXE), &tb, 2, 24).unwrap();
+    eprintln!("cp through the lane: {r:?}");
+    for per in &r.carried {
+        let nodes: Vec<u32> = per.iter().map(|(g, _)| *g).collect();
+        assert_eq!(nodes, [21, 22], "{per:?}");
+        assert!(
+            per.iter().all(|(_, n)| *n > 0),
+            "both gateways carry: {per:?}"
+        );
+        assert_eq!(per.iter().map(|(_, n)| n).sum::<u64>(), 24, "{per:?}");
+    }
+    for (i, b) in r.link_bytes.iter().enumerate() {
+        assert!(
+            *b >= (24 << 20) / 4,
+            "gateway {i}'s storage link carried {b} bytes of the upload"
+        );
+    }
 }

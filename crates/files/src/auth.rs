@@ -70,6 +70,13 @@ pub fn nonce() -> std::io::Result<[u8; 32]> {
     Ok(n)
 }
 
+/// A random 64-bit key (a transfer id only its two ends know).
+pub fn random_key() -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(u64::from_le_bytes(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,16 +1,18 @@
 //! A client of one server: the contact connection, its fabric node, and
 //! the requests `cp`, `ls`, `stat`, `rm` and `mkdir` are made of.
 
-use macrolink_fabric::{Node, NodeConfig, Transport};
+use macrolink_fabric::{Addr, Node, NodeConfig, Transport};
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::auth::{self, Secret};
 use crate::data::{self, gather, join, DataError, Receiver, Sender, Sink, Source};
 use crate::error::{Error, Result};
+use crate::lane;
 use crate::proto::{self, FabricInfo, Landing, Meta, Reply, Request, Shape};
 use crate::server::{host_id, random_node_id};
 use crate::sums::Digest;
@@ -26,6 +28,11 @@ pub struct ClientOptions {
     pub shm_dir: PathBuf,
     /// Never use shared memory, even on the server's host.
     pub no_shm: bool,
+    /// Servers, by contact address, whose data goes through I/O gateways.
+    pub lanes: HashMap<SocketAddr, lane::Route>,
+    /// Contact addresses of servers by host name (from a cluster file):
+    /// `ml://store0/...` reaches the one named `store0`.
+    pub hosts: HashMap<String, SocketAddr>,
 }
 
 impl Default for ClientOptions {
@@ -33,13 +40,15 @@ impl Default for ClientOptions {
         ClientOptions {
             shm_dir: macrolink_fabric::default_shm_dir(),
             no_shm: false,
+            lanes: HashMap::new(),
+            hosts: HashMap::new(),
         }
     }
 }
 
 /// How long the phases of one transfer took, as the parallel I/O
 /// benchmark counts them.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Moved {
     /// Bytes moved.
     pub bytes: u64,
@@ -50,6 +59,8 @@ pub struct Moved {
     /// From the last byte to the server's final word (verify, sync,
     /// rename: the close).
     pub close: Duration,
+    /// Through gateways: what went through each.
+    pub carried: Option<lane::Carried>,
 }
 
 /// A connection to a server.
@@ -60,6 +71,7 @@ pub struct Client {
     server: FabricInfo,
     transport: Transport,
     next_ep: AtomicU32,
+    lane: Option<lane::Route>,
 }
 
 fn connection(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -83,11 +95,15 @@ impl Client {
     /// Connects to `addr` (host:port) and authenticates with `secret`.
     pub fn connect(addr: &str, secret: &Secret, opts: &ClientOptions) -> Result<Client> {
         let ctx = format!("connecting to {addr}");
-        let sock: SocketAddr = addr
-            .to_socket_addrs()
-            .map_err(connection(&ctx))?
-            .next()
-            .ok_or_else(|| Error::Usage(format!("{addr}: no address")))?;
+        let name = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let sock: SocketAddr = match opts.hosts.get(name) {
+            Some(a) => *a,
+            None => addr
+                .to_socket_addrs()
+                .map_err(connection(&ctx))?
+                .next()
+                .ok_or_else(|| Error::Usage(format!("{addr}: no address")))?,
+        };
         let mut stream =
             TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT).map_err(connection(&ctx))?;
         stream.set_nodelay(true).map_err(connection(&ctx))?;
@@ -101,6 +117,10 @@ impl Client {
         let mut cfg = NodeConfig::local(random_node_id().map_err(connection(&ctx))?, &opts.shm_dir);
         cfg.tcp = Some(SocketAddr::new(local.ip(), 0));
         cfg.udp = None;
+        let lane = opts.lanes.get(&sock).cloned();
+        for (gw, addr) in lane.iter().flat_map(|l| &l.gateways) {
+            cfg.peers.insert(gw.node, *addr);
+        }
         let node = Node::start(cfg)?;
         let me = FabricInfo {
             node: node.id(),
@@ -136,12 +156,26 @@ impl Client {
             server: fabric,
             transport,
             next_ep: AtomicU32::new(1),
+            lane,
         })
     }
 
     /// The transport file data takes.
     pub fn transport(&self) -> Transport {
         self.transport
+    }
+
+    /// The gateways file data goes through, if any.
+    pub fn lane(&self) -> Option<&lane::Route> {
+        self.lane.as_ref()
+    }
+
+    fn lane_request(&self, ep: u32, key: u64) -> Option<proto::Lane> {
+        self.lane.as_ref().map(|l| proto::Lane {
+            gateways: l.gateways.iter().map(|(g, _)| (g.node, g.ep)).collect(),
+            ep,
+            key,
+        })
     }
 
     fn call(&mut self, req: &Request) -> Result<Reply> {
@@ -217,6 +251,9 @@ impl Client {
         shared: &data::Shared,
         opened: &mut dyn FnMut(u64, u64) -> Result<()>,
     ) -> Result<Moved> {
+        if self.lane.is_some() {
+            return self.get_through(path, shape, sink, shared, opened);
+        }
         let t0 = Instant::now();
         let mut receivers = Vec::new();
         for _ in 0..streams.max(1) {
@@ -228,8 +265,9 @@ impl Client {
             shape,
             streams: receivers.iter().map(Receiver::end).collect(),
             verify: !shared.no_digests,
+            lane: None,
         })? {
-            Reply::Sending { size, len } => (size, len),
+            Reply::Sending { size, len, .. } => (size, len),
             r => return Err(unexpected(r)),
         };
         let shape = Shape { len, ..shape };
@@ -253,23 +291,83 @@ impl Client {
         });
         let t2 = Instant::now();
         let reply = recv_reply(&mut self.stream);
-        let ours = gather(&shape, results);
-        let (bytes, theirs) = match reply? {
-            Reply::Sent { bytes, digest } => (bytes, digest),
-            r => return Err(unexpected(r)),
-        };
-        let ours = ours.map_err(|f| Error::Remote {
-            code: f.code,
-            message: f.message,
-        })?;
-        if ours != theirs || bytes != len {
-            return Err(Error::Mismatch(path.into()));
-        }
+        check_sent(path, &shape, reply, results)?;
         Ok(Moved {
             bytes: len,
             open: t1 - t0,
             transfer: t2 - t1,
             close: t2.elapsed(),
+            carried: None,
+        })
+    }
+
+    /// [`get`](Self::get) through the gateways of the lane.
+    fn get_through(
+        &mut self,
+        path: &str,
+        shape: Shape,
+        sink: &dyn Sink,
+        shared: &data::Shared,
+        opened: &mut dyn FnMut(u64, u64) -> Result<()>,
+    ) -> Result<Moved> {
+        let t0 = Instant::now();
+        let mut ep = self.node.open(self.ep_id(), lane::endpoint_config())?;
+        let key = crate::auth::random_key().map_err(connection("making a transfer key"))?;
+        let (size, len, from) = match self.call(&Request::Get {
+            path: path.into(),
+            shape,
+            streams: Vec::new(),
+            verify: !shared.no_digests,
+            lane: self.lane_request(ep.addr().ep, key),
+        })? {
+            Reply::Sending { size, len, ep } => (size, len, ep),
+            r => return Err(unexpected(r)),
+        };
+        let shape = Shape { len, ..shape };
+        let t1 = Instant::now();
+        // Refused here: the server sends anyway; take it into nothing, so
+        // that the connection stays in step.
+        let refused = opened(size, len).err();
+        let sink: &dyn Sink = if refused.is_some() {
+            &data::Discard
+        } else {
+            sink
+        };
+        let gws: Vec<Addr> = self
+            .lane
+            .iter()
+            .flat_map(|l| &l.gateways)
+            .map(|g| g.0)
+            .collect();
+        let far = lane::Far {
+            gateways: &gws,
+            peer: Addr::new(self.server.node, from),
+            key,
+        };
+        let done = AtomicBool::new(false);
+        let (received, reply) = thread::scope(|scope| {
+            let (shape, done) = (&shape, &done);
+            let h =
+                scope.spawn(move || lane::receive(&mut ep, far, shape, sink, shared, done, true));
+            let reply = recv_reply(&mut self.stream);
+            done.store(true, Ordering::Relaxed);
+            (join(h), reply)
+        });
+        let t2 = Instant::now();
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        let (digests, carried) = match received {
+            Ok((d, c)) => (Ok(d), Some(c)),
+            Err(e) => (Err(e), None),
+        };
+        check_sent(path, &shape, reply, vec![digests])?;
+        Ok(Moved {
+            bytes: len,
+            open: t1 - t0,
+            transfer: t2 - t1,
+            close: t2.elapsed(),
+            carried,
         })
     }
 
@@ -290,7 +388,11 @@ impl Client {
         shared: &data::Shared,
     ) -> Result<Moved> {
         let t0 = Instant::now();
-        let n = streams.max(1);
+        let mut lane_ep = match self.lane {
+            Some(_) => Some(self.node.open(self.ep_id(), lane::endpoint_config())?),
+            None => None,
+        };
+        let n = if lane_ep.is_some() { 1 } else { streams.max(1) };
         let ends = match self.call(&Request::Put {
             path: path.into(),
             size,
@@ -299,27 +401,45 @@ impl Client {
             sync,
             landing,
             verify: !shared.no_digests,
+            lane: lane_ep
+                .as_ref()
+                .and_then(|ep| self.lane_request(ep.addr().ep, 0)),
         })? {
             Reply::Receiving { streams } if streams.len() == n as usize => streams,
             r => return Err(unexpected(r)),
         };
         let t1 = Instant::now();
         let (peer, transport) = (self.server.node, self.transport);
-        let results = thread::scope(|scope| {
-            let handles: Vec<_> = ends
-                .iter()
-                .enumerate()
-                .map(|(s, end)| {
-                    let (node, id, shape) = (&self.node, self.ep_id(), &shape);
-                    scope.spawn(move || {
-                        Sender::open(node, id, peer, *end, transport)
-                            .map_err(DataError::from)?
-                            .run(shape, s as u32, n, source, shared)
+        let mut carried = None;
+        let results = if let (Some(ep), Some(route)) = (lane_ep.as_mut(), &self.lane) {
+            let gws: Vec<Addr> = route.gateways.iter().map(|g| g.0).collect();
+            let far = lane::Far {
+                gateways: &gws,
+                peer: Addr::new(peer, ends[0].ep),
+                key: ends[0].key,
+            };
+            let sent = lane::send(ep, far, &shape, source, shared, route.send);
+            vec![sent.map(|(d, c)| {
+                carried = Some(c);
+                d
+            })]
+        } else {
+            thread::scope(|scope| {
+                let handles: Vec<_> = ends
+                    .iter()
+                    .enumerate()
+                    .map(|(s, end)| {
+                        let (node, id, shape) = (&self.node, self.ep_id(), &shape);
+                        scope.spawn(move || {
+                            Sender::open(node, id, peer, *end, transport)
+                                .map_err(DataError::from)?
+                                .run(shape, s as u32, n, source, shared)
+                        })
                     })
-                })
-                .collect();
-            handles.into_iter().map(join).collect::<Vec<_>>()
-        });
+                    .collect();
+                handles.into_iter().map(join).collect::<Vec<_>>()
+            })
+        };
         let t2 = Instant::now();
         let ours = gather(&shape, results);
         let digest = match &ours {
@@ -338,6 +458,7 @@ impl Client {
                 open: t1 - t0,
                 transfer: t2 - t1,
                 close: t2.elapsed(),
+                carried,
             }),
             (Err(e @ Error::Remote { .. }), _) => Err(e),
             (_, Err(f)) => Err(Error::Remote {
@@ -348,6 +469,28 @@ impl Client {
             (Err(e), Ok(_)) => Err(e),
         }
     }
+}
+
+/// Checks a `Get`'s last reply against the digests of what arrived.
+fn check_sent(
+    path: &str,
+    shape: &Shape,
+    reply: Result<Reply>,
+    results: Vec<std::result::Result<Vec<(u64, Digest)>, DataError>>,
+) -> Result<()> {
+    let ours = gather(shape, results);
+    let (bytes, theirs) = match reply? {
+        Reply::Sent { bytes, digest } => (bytes, digest),
+        r => return Err(unexpected(r)),
+    };
+    let ours = ours.map_err(|f| Error::Remote {
+        code: f.code,
+        message: f.message,
+    })?;
+    if ours != theirs || bytes != shape.len {
+        return Err(Error::Mismatch(path.into()));
+    }
+    Ok(())
 }
 
 fn recv_reply(stream: &mut TcpStream) -> Result<Reply> {

@@ -137,7 +137,7 @@ pub struct Progress {
 }
 
 /// What a copy did.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CopyReport {
     /// Files copied.
     pub files: u64,
@@ -147,6 +147,9 @@ pub struct CopyReport {
     pub resumed: u64,
     /// Wall time, seconds.
     pub secs: f64,
+    /// Chunks carried by each I/O gateway (by node), when data went
+    /// through gateways.
+    pub through: Vec<(u32, u64)>,
 }
 
 /// Copies with one set of options, keeping one connection per server.
@@ -220,7 +223,7 @@ impl Copier {
             }
         }
         self.report.secs = start.elapsed().as_secs_f64();
-        Ok(self.report)
+        Ok(std::mem::take(&mut self.report))
     }
 
     fn shape(&self, offset: u64, len: u64) -> Shape {
@@ -311,6 +314,9 @@ impl Copier {
                     progress.total.fetch_add(len, Ordering::Relaxed);
                     Ok(())
                 });
+        if let Ok(m) = &got {
+            self.count_through(m);
+        }
         let finish = got.and_then(|moved| {
             let fail = |e| Error::local(to.display(), e);
             if !device {
@@ -342,6 +348,16 @@ impl Copier {
                 Err(e)
             }
         }
+    }
+
+    fn count_through(&mut self, moved: &crate::Moved) {
+        for (gw, n) in moved.carried.iter().flat_map(|c| &c.per_gateway) {
+            match self.report.through.iter_mut().find(|(g, _)| g == gw) {
+                Some((_, total)) => *total += n,
+                None => self.report.through.push((*gw, *n)),
+            }
+        }
+        self.report.through.sort_unstable();
     }
 
     fn upload(&mut self, from: &Path, server: &str, path: &str) -> Result<()> {
@@ -424,7 +440,7 @@ impl Copier {
         let landing = Landing::Replace {
             keep_partial: opts.resume,
         };
-        self.client(server)?.put(
+        let moved = self.client(server)?.put(
             path,
             size,
             shape,
@@ -434,6 +450,7 @@ impl Copier {
             &file,
             &shared,
         )?;
+        self.count_through(&moved);
         self.report.files += 1;
         self.report.bytes += size - start;
         self.report.resumed += start;

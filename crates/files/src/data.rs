@@ -189,7 +189,7 @@ impl Shared {
         }
     }
 
-    fn digest(&self, data: &[u8]) -> Digest {
+    pub(crate) fn digest(&self, data: &[u8]) -> Digest {
         if self.no_digests {
             [0; 16]
         } else {
@@ -198,14 +198,14 @@ impl Shared {
     }
 
     /// Passes a stream's result on; a failure stops the other streams.
-    fn stop_others_on_error<T>(&self, r: Result<T, DataError>) -> Result<T, DataError> {
+    pub(crate) fn stop_others_on_error<T>(&self, r: Result<T, DataError>) -> Result<T, DataError> {
         if r.is_err() {
             self.abort.store(true, Ordering::Relaxed);
         }
         r
     }
 
-    fn pace(&self, n: usize) -> Result<(), DataError> {
+    pub(crate) fn pace(&self, n: usize) -> Result<(), DataError> {
         match &self.limit {
             Some(p) => p.take(n as u64, self),
             None => Ok(()),

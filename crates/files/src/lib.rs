@@ -25,6 +25,7 @@ pub mod confine;
 pub mod copy;
 pub mod data;
 pub mod error;
+pub mod lane;
 pub mod ops;
 pub mod proto;
 pub mod server;

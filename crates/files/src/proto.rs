@@ -20,11 +20,15 @@
 //!      data as puts into the server's regions, credits back
 //!  Request::Commit{bytes, digest} ────────► Reply::Done (renamed into place)
 //! ```
+//!
+//! When the cluster puts I/O gateways between the two, a `Get` or `Put`
+//! names a [`Lane`]: the data goes as chunks striped over the gateways
+//! (see `macrolink-gwnet`) instead of puts, and the digests are the same.
 
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol; a server refuses clients of another.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Largest request a server reads.
 pub const MAX_REQUEST: usize = 64 << 10;
 /// Largest reply a client reads (a long directory listing).
@@ -127,6 +131,22 @@ impl Shape {
     }
 }
 
+/// The data of a transfer goes through I/O gateways: chunks striped over
+/// the live ones, acknowledged end to end, sent again through another when
+/// one dies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lane {
+    /// The gateways' endpoints, as (node, endpoint).
+    pub gateways: Vec<(u32, u32)>,
+    /// The client's endpoint that sends (`Put`) or receives (`Get`).
+    pub ep: u32,
+    /// `Get`: the transfer id the client accepts chunks of.
+    pub key: u64,
+}
+
+/// Most gateways one lane may name.
+pub const MAX_GATEWAYS: usize = 64;
+
 /// How a `Put` lands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Landing {
@@ -198,6 +218,8 @@ pub enum Request {
         streams: Vec<StreamEnd>,
         /// Hash the chunks for the end-to-end check.
         verify: bool,
+        /// Through I/O gateways instead of `streams`.
+        lane: Option<Lane>,
     },
     /// Receives bytes of a file from the client.
     Put {
@@ -215,6 +237,9 @@ pub enum Request {
         landing: Landing,
         /// Hash the chunks for the end-to-end check.
         verify: bool,
+        /// Through I/O gateways: the server answers with one stream end,
+        /// its receiving endpoint and the transfer id it accepts.
+        lane: Option<Lane>,
     },
     /// Ends a `Put`: every byte has been sent.
     Commit {
@@ -321,6 +346,8 @@ pub enum Reply {
         size: u64,
         /// Bytes that will be sent.
         len: u64,
+        /// Through a lane: the server's sending endpoint (0 otherwise).
+        ep: u32,
     },
     /// A `Get` has sent everything.
     Sent {
@@ -415,6 +442,23 @@ mod tests {
             },
             streams: vec![StreamEnd { ep: 3, key: 99 }],
             verify: true,
+            lane: None,
+        });
+        round_trip(Request::Get {
+            path: "a".into(),
+            shape: Shape {
+                offset: 0,
+                len: 9,
+                chunk: 4096,
+                slots: 1,
+            },
+            streams: vec![],
+            verify: false,
+            lane: Some(Lane {
+                gateways: vec![(21, 1), (22, 1)],
+                ep: 5,
+                key: u64::MAX,
+            }),
         });
         round_trip(Request::Put {
             path: "x".into(),
@@ -429,6 +473,12 @@ mod tests {
             sync: true,
             landing: Landing::Replace { keep_partial: true },
             verify: false,
+            lane: None,
+        });
+        round_trip(Reply::Sending {
+            size: 3,
+            len: 2,
+            ep: 17,
         });
         round_trip(Reply::Error {
             code: Code::Escape,

@@ -57,7 +57,14 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Directory where fabric nodes of this host meet (shared memory).
     pub shm_dir: PathBuf,
+    /// The fabric node's id and TCP address, when the cluster names them
+    /// (gateways reach the server there); a random id and any port else.
+    pub fabric: Option<(u32, SocketAddr)>,
 }
+
+/// Endpoint ids below this are left to roles sharing the server's node
+/// (the striped-transfer sink takes 1).
+const FIRST_SESSION_EP: u32 = 16;
 
 /// What every session shares.
 #[derive(Debug)]
@@ -177,8 +184,12 @@ impl Server {
         let export = Export::open(&cfg.root, cfg.read_only)
             .map_err(|e| io::Error::new(e.kind(), format!("export {}: {e}", cfg.root.display())))?;
         let listener = TcpListener::bind(cfg.listen)?;
-        let mut node_cfg = NodeConfig::local(random_node_id()?, &cfg.shm_dir);
-        node_cfg.tcp = Some(SocketAddr::new(cfg.listen.ip(), 0));
+        let (id, tcp) = match cfg.fabric {
+            Some(f) => f,
+            None => (random_node_id()?, SocketAddr::new(cfg.listen.ip(), 0)),
+        };
+        let mut node_cfg = NodeConfig::local(id, &cfg.shm_dir);
+        node_cfg.tcp = Some(tcp);
         node_cfg.udp = None;
         let node = Node::start(node_cfg).map_err(io::Error::other)?;
         Ok(Server {
@@ -190,7 +201,7 @@ impl Server {
                 node,
                 host: host_id(),
                 shm_dir: cfg.shm_dir,
-                next_ep: AtomicU32::new(1),
+                next_ep: AtomicU32::new(FIRST_SESSION_EP),
                 clients: Mutex::new(HashMap::new()),
             }),
         })
@@ -199,6 +210,12 @@ impl Server {
     /// The contact address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The server's fabric node (endpoints below 16 are free for other
+    /// roles of the host).
+    pub fn node(&self) -> &Node {
+        &self.shared.node
     }
 
     /// Serves until the listener fails.
@@ -294,12 +311,15 @@ fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, F
         ));
     }
     let local = stream.local_addr().map_err(|e| io_fail(&e))?;
-    let port = shared.node.tcp_addr().map(|a| a.port()).unwrap_or(0);
+    let tcp = match shared.node.tcp_addr() {
+        Some(a) if !a.ip().is_unspecified() => a,
+        a => SocketAddr::new(local.ip(), a.map_or(0, |a| a.port())),
+    };
     let mine = FabricInfo {
         node: shared.node.id(),
         host: shared.host.clone(),
         shm_dir: shared.shm_dir.display().to_string(),
-        tcp: SocketAddr::new(local.ip(), port).to_string(),
+        tcp: tcp.to_string(),
         shm: true,
     };
     wire_io::send(

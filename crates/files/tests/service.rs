@@ -34,6 +34,7 @@ impl Fixture {
             client: ClientOptions {
                 shm_dir: self.shm(),
                 no_shm: transport == Transport::Tcp,
+                ..ClientOptions::default()
             },
             ..CopyOptions::default()
         }
@@ -44,7 +45,7 @@ impl Fixture {
     fn client(&self, secret: &[u8]) -> Result<Client, Error> {
         let opts = ClientOptions {
             shm_dir: self.shm(),
-            no_shm: false,
+            ..ClientOptions::default()
         };
         Client::connect(&self.addr, &Secret::new(secret).unwrap(), &opts)
     }
@@ -62,6 +63,7 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
         read_only,
         limits,
         shm_dir: dir.path().join("shm"),
+        fabric: None,
     })
     .unwrap();
     let addr = server.local_addr().unwrap().to_string();
@@ -457,4 +459,81 @@ fn a_file_striped_over_two_servers_round_trips() {
     assert!(e.to_string().contains("stripe order"), "{e}");
     assert!(!a.local().join("bad").exists());
     no_partials(a.dir.path());
+}
+
+/// Client options whose data for the fixture's server goes through a lane
+/// of `gateways` (node, address) pairs.
+fn through(f: &Fixture, gateways: &[(u32, &str)]) -> ClientOptions {
+    let mut opts = ClientOptions {
+        shm_dir: f.shm(),
+        ..ClientOptions::default()
+    };
+    opts.lanes.insert(
+        f.addr.parse().unwrap(),
+        macrolink_files::lane::Route {
+            gateways: gateways
+                .iter()
+                .map(|(n, a)| (macrolink_fabric::Addr::new(*n, 1), a.parse().unwrap()))
+                .collect(),
+            send: Default::default(),
+        },
+    );
+    opts
+}
+
+#[test]
+fn a_lane_no_gateway_answers_on_fails_cleanly_and_the_session_goes_on() {
+    let f = serve(false, Limits::default());
+    std::fs::write(f.root().join("f"), pattern(100_000, 1)).unwrap();
+    let secret = Secret::new(SECRET).unwrap();
+    // A lane of no gateways at all is a bad request.
+    let mut c = Client::connect(&f.addr, &secret, &through(&f, &[])).unwrap();
+    let shape = proto::Shape {
+        offset: 0,
+        len: u64::MAX,
+        chunk: 64 << 10,
+        slots: 4,
+    };
+    let shared = macrolink_files::data::Shared::default();
+    let got = c.get(
+        "f",
+        shape,
+        1,
+        &macrolink_files::data::Discard,
+        &shared,
+        &mut |_, _| Ok(()),
+    );
+    assert!(
+        matches!(
+            &got,
+            Err(Error::Remote {
+                code: Code::BadRequest,
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+    // A gateway nobody listens at: the server hears no hello and says so.
+    let mut c = Client::connect(&f.addr, &secret, &through(&f, &[(99, "127.0.0.1:1")])).unwrap();
+    let got = c.get(
+        "f",
+        shape,
+        1,
+        &macrolink_files::data::Discard,
+        &shared,
+        &mut |_, _| Ok(()),
+    );
+    match &got {
+        Err(
+            e @ Error::Remote {
+                code: Code::Lost, ..
+            },
+        ) => {
+            assert!(e.to_string().contains("no gateway"), "{e}");
+            assert_eq!(e.exit_code(), exit::CONNECTION);
+        }
+        other => panic!("expected a lost transfer, got {other:?}"),
+    }
+    // The same connection still answers.
+    assert_eq!(c.stat("f").unwrap().size, 100_000);
 }

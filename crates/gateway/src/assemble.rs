@@ -40,27 +40,41 @@ impl Assembler {
     /// Places `data` (chunk `c`) into `out`, which holds the whole transfer.
     /// Returns whether it was new; either way the sender may be acknowledged.
     pub fn place(&mut self, c: Chunk, data: &[u8], out: &mut [u8]) -> Result<bool, AssembleError> {
+        if out.len() as u64 != self.total {
+            return Err(AssembleError::Misshapen(c.seq));
+        }
+        let new = self.accept(c, data.len())?;
+        if new {
+            out[c.offset as usize..(c.offset + c.len) as usize].copy_from_slice(data);
+        }
+        Ok(new)
+    }
+
+    /// Counts chunk `c`, carrying `len` bytes, as placed, for a receiver
+    /// that writes it elsewhere (a file). Returns whether it was new: only
+    /// a new chunk is to be written.
+    pub fn accept(&mut self, c: Chunk, len: usize) -> Result<bool, AssembleError> {
         let slot = self
             .have
             .get_mut(c.seq as usize)
             .ok_or(AssembleError::OutOfRange(c.seq))?;
         let offset = c.seq * self.chunk;
-        let len = self.chunk.min(self.total - offset);
-        if c.offset != offset
-            || c.len != len
-            || data.len() as u64 != len
-            || out.len() as u64 != self.total
-        {
+        let want = self.chunk.min(self.total - offset);
+        if c.offset != offset || c.len != want || len as u64 != want {
             return Err(AssembleError::Misshapen(c.seq));
         }
         if *slot {
             self.duplicates += 1;
             return Ok(false);
         }
-        out[offset as usize..(offset + len) as usize].copy_from_slice(data);
         *slot = true;
         self.count += 1;
         Ok(true)
+    }
+
+    /// Chunks placed so far.
+    pub fn placed(&self) -> u64 {
+        self.count
     }
 
     /// Whether every chunk is in place.

@@ -34,6 +34,10 @@ pub enum Msg<'a> {
     },
     /// The storage host's verdict on the hash.
     Verdict { transfer: u64, ok: bool, to: Addr },
+    /// Relayed to `to` and dropped there: it makes the gateway open its
+    /// connection to `to`, which `to` then sends back through (a storage
+    /// host sends to compute hosts only over connections gateways opened).
+    Hello { from: Addr, to: Addr },
 }
 
 /// Why bytes are not a gateway message.
@@ -54,6 +58,7 @@ const CHUNK: u8 = 3;
 const ACK: u8 = 4;
 const DONE: u8 = 5;
 const VERDICT: u8 = 6;
+const HELLO: u8 = 7;
 
 /// Bytes of a chunk message before its data.
 pub const CHUNK_HEADER: usize = 1 + 8 * 5 + 16;
@@ -89,6 +94,24 @@ fn put_addr(out: &mut Vec<u8>, a: Addr) {
     out.extend_from_slice(&a.1.to_le_bytes());
 }
 
+/// Appends a chunk message without its data: `chunk.len` bytes of data are
+/// to follow (so a sender can read them straight into place).
+pub fn encode_chunk_head(
+    transfer: u64,
+    total: u64,
+    chunk: Chunk,
+    from: Addr,
+    to: Addr,
+    out: &mut Vec<u8>,
+) {
+    out.push(CHUNK);
+    for v in [transfer, total, chunk.seq, chunk.offset, chunk.len] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    put_addr(out, from);
+    put_addr(out, to);
+}
+
 impl<'a> Msg<'a> {
     /// Appends the wire form to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -110,12 +133,7 @@ impl<'a> Msg<'a> {
                 to,
                 data,
             } => {
-                out.push(CHUNK);
-                for v in [*transfer, *total, chunk.seq, chunk.offset, chunk.len] {
-                    u(out, v);
-                }
-                put_addr(out, *from);
-                put_addr(out, *to);
+                encode_chunk_head(*transfer, *total, *chunk, *from, *to, out);
                 out.extend_from_slice(data);
             }
             Msg::Ack { transfer, seq, to } => {
@@ -140,6 +158,11 @@ impl<'a> Msg<'a> {
                 out.push(VERDICT);
                 u(out, *transfer);
                 out.push(u8::from(*ok));
+                put_addr(out, *to);
+            }
+            Msg::Hello { from, to } => {
+                out.push(HELLO);
+                put_addr(out, *from);
                 put_addr(out, *to);
             }
         }
@@ -182,6 +205,10 @@ impl<'a> Msg<'a> {
             VERDICT => Msg::Verdict {
                 transfer: r.u64()?,
                 ok: r.take(1)?[0] != 0,
+                to: r.addr()?,
+            },
+            HELLO => Msg::Hello {
+                from: r.addr()?,
                 to: r.addr()?,
             },
             k => return Err(MsgError::UnknownKind(k)),
@@ -227,6 +254,10 @@ mod tests {
                 transfer: 1,
                 ok: true,
                 to: (1, 2),
+            },
+            Msg::Hello {
+                from: (1, 2),
+                to: (3, 4),
             },
         ];
         for m in msgs {

@@ -3,9 +3,9 @@
 
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
 use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
-use macrolink_gateway::msg::{Msg, CHUNK_HEADER};
+use macrolink_gateway::msg::{encode_chunk_head, Msg, CHUNK_HEADER};
 use macrolink_gateway::paths::Paths;
-use macrolink_gateway::stripe::{StripeConfig, Striper};
+use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
 use std::time::Duration;
 
 use crate::to_pair;
@@ -21,6 +21,9 @@ pub struct SendConfig {
     /// kept on the gateway its identity hashes to while that gateway lives,
     /// and moved to the next choice among the live ones when it dies.
     pub pinned: bool,
+    /// Give up when no chunk is acknowledged for this long (nanoseconds;
+    /// 0: never).
+    pub patience: u64,
 }
 
 /// What a send measured.
@@ -42,6 +45,8 @@ pub struct SendReport {
     pub per_gateway: Vec<u64>,
     /// Chunks sent through gateways that had been out of use and came back.
     pub after_return: u64,
+    /// Gateways out of use at the end.
+    pub down: Vec<bool>,
 }
 
 struct Lanes {
@@ -107,8 +112,17 @@ impl Lanes {
     }
 }
 
-/// Sends `data` as transfer `transfer` to `storage` through `gateways`;
-/// `progress` hears the number of chunks acknowledged so far.
+/// Where the chunks of a transfer come from: fills the buffer with the
+/// bytes of the chunk (the same bytes each time it is asked).
+pub type Reader<'a> = dyn FnMut(Chunk, &mut [u8]) -> std::io::Result<()> + 'a;
+
+/// What the sender hears while a transfer goes on: chunks acknowledged and
+/// in all. Returning `false` cancels the transfer.
+pub type Progress<'a> = dyn FnMut(u64, u64) -> bool + 'a;
+
+/// Sends `data` as transfer `transfer` to `storage` through `gateways`, then
+/// asks storage to check the whole transfer's hash; `progress` hears the
+/// number of chunks acknowledged so far.
 pub fn send(
     ep: &mut Endpoint,
     gateways: &[Addr],
@@ -118,8 +132,95 @@ pub fn send(
     cfg: SendConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendReport> {
+    let start = clock_ns();
+    let mut read = |c: Chunk, buf: &mut [u8]| {
+        buf.copy_from_slice(&data[c.offset as usize..(c.offset + c.len) as usize]);
+        Ok(())
+    };
+    let mut report = stripe(
+        ep,
+        gateways,
+        storage,
+        transfer,
+        data.len() as u64,
+        &mut read,
+        cfg,
+        &mut |a, n| {
+            progress(a, n);
+            true
+        },
+    )?;
+    report.verified = ask_verdict(ep, gateways, &report.down, storage, transfer, data);
+    report.secs = (clock_ns() - start) as f64 / 1e9;
+    Ok(report)
+}
+
+/// Every chunk is placed: asks storage to check the whole transfer's hash
+/// through a live gateway; whether storage found it right.
+fn ask_verdict(
+    ep: &mut Endpoint,
+    gateways: &[Addr],
+    down: &[bool],
+    storage: Addr,
+    transfer: u64,
+    data: &[u8],
+) -> bool {
+    let hash = xxhash_rust::xxh3::xxh3_64(data);
+    let mut out = Vec::with_capacity(64);
+    Msg::Done {
+        transfer,
+        hash,
+        from: to_pair(ep.addr()),
+        to: to_pair(storage),
+    }
+    .encode(&mut out);
+    let mut buf = vec![0u8; 1 << 16];
+    for _ in 0..3 {
+        for (gw, addr) in gateways.iter().enumerate() {
+            if down.get(gw).copied().unwrap_or(false) {
+                continue;
+            }
+            let Ok(t) = ep.target_via(*addr, Mode::Reliable, Transport::Tcp) else {
+                continue;
+            };
+            if ep.write(t, &out).is_err() {
+                continue;
+            }
+            let deadline = clock_ns() + 10_000_000_000;
+            while clock_ns() < deadline {
+                if let Ok(Some(r)) = ep.read_timeout(&mut buf, Duration::from_millis(100)) {
+                    if let Ok(Msg::Verdict {
+                        transfer: t, ok, ..
+                    }) = Msg::decode(&buf[..r.len])
+                    {
+                        if t == transfer {
+                            return ok;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Moves transfer `transfer` of `total` bytes, read chunk by chunk from
+/// `read`, to endpoint `to` through `gateways`: striped over the live ones
+/// (or pinned to one, see [`SendConfig::pinned`]), each chunk sent again
+/// through another gateway until acknowledged. Returns once every chunk is
+/// acknowledged; the caller checks the whole end to end.
+#[allow(clippy::too_many_arguments)]
+pub fn stripe(
+    ep: &mut Endpoint,
+    gateways: &[Addr],
+    storage: Addr,
+    transfer: u64,
+    total: u64,
+    read: &mut Reader<'_>,
+    cfg: SendConfig,
+    progress: &mut Progress<'_>,
+) -> Result<SendReport> {
     let n = gateways.len();
-    let total = data.len() as u64;
     let start = clock_ns();
     let mut striper = Striper::new(total, n, cfg.stripe);
     let mut health = Health::new(n, cfg.health, start);
@@ -199,16 +300,9 @@ pub fn send(
             }
             let c = tx.chunk;
             out.clear();
-            let slice = &data[c.offset as usize..(c.offset + c.len) as usize];
-            Msg::Chunk {
-                transfer,
-                total,
-                chunk: c,
-                from: me,
-                to,
-                data: slice,
-            }
-            .encode(&mut out);
+            encode_chunk_head(transfer, total, c, me, to, &mut out);
+            out.resize(CHUNK_HEADER + c.len as usize, 0);
+            read(c, &mut out[CHUNK_HEADER..])?;
             let sent = lanes.target(ep, tx.gw).map(|t| ep.write(t, &out));
             if !matches!(sent, Some(Ok(()))) {
                 lanes.mark_down(tx.gw, &mut striper);
@@ -230,7 +324,9 @@ pub fn send(
                     acked += 1;
                     longest = longest.max(now - last_ack);
                     last_ack = now;
-                    progress(acked, striper.chunks());
+                    if !progress(acked, striper.chunks()) {
+                        return Err(Error::Timeout);
+                    }
                 }
                 _ => {}
             },
@@ -243,43 +339,12 @@ pub fn send(
             }
             Err(e) => return Err(e),
         }
-    }
-    // Every chunk is placed: ask storage to check the whole.
-    let hash = xxhash_rust::xxh3::xxh3_64(data);
-    out.clear();
-    Msg::Done {
-        transfer,
-        hash,
-        from: me,
-        to,
-    }
-    .encode(&mut out);
-    let mut verified = false;
-    'ask: for _ in 0..3 {
-        for gw in 0..n {
-            if lanes.down[gw] {
-                continue;
-            }
-            let Some(t) = lanes.target(ep, gw) else {
-                continue;
-            };
-            if ep.write(t, &out).is_err() {
-                continue;
-            }
-            let deadline = clock_ns() + 10_000_000_000;
-            while clock_ns() < deadline {
-                if let Ok(Some(r)) = ep.read_timeout(&mut buf, Duration::from_millis(100)) {
-                    if let Ok(Msg::Verdict {
-                        transfer: t, ok, ..
-                    }) = Msg::decode(&buf[..r.len])
-                    {
-                        if t == transfer {
-                            verified = ok;
-                            break 'ask;
-                        }
-                    }
-                }
-            }
+        if cfg.patience > 0 && clock_ns().saturating_sub(last_ack) > cfg.patience {
+            tracing::warn!(
+                "transfer {transfer}: nothing acknowledged for {} ms; giving up",
+                cfg.patience / 1_000_000
+            );
+            return Err(Error::Timeout);
         }
     }
     Ok(SendReport {
@@ -288,8 +353,9 @@ pub fn send(
         longest_stall: longest as f64 / 1e9,
         resent: striper.resent,
         failovers: lanes.failovers,
-        verified,
+        verified: false,
         per_gateway,
         after_return,
+        down: lanes.down,
     })
 }

@@ -113,7 +113,9 @@ pub fn run(mut ep: Endpoint, mut rails: Rails) -> Result<()> {
                 }
                 continue;
             }
-            Ok(Msg::Chunk { to, .. }) | Ok(Msg::Done { to, .. }) => from_pair(to),
+            Ok(Msg::Chunk { to, .. }) | Ok(Msg::Done { to, .. }) | Ok(Msg::Hello { to, .. }) => {
+                from_pair(to)
+            }
             Ok(Msg::Ack { to, .. }) | Ok(Msg::Verdict { to, .. }) => from_pair(to),
             Ok(Msg::Pong { .. }) => continue,
             Err(e) => {

@@ -1,10 +1,12 @@
 //! The storage side: places chunks of each transfer once, acknowledges each
 //! through the gateway it came by, and checks the whole transfer's hash.
 
-use macrolink_fabric::{Addr, Endpoint, Error, Mode, Result};
+use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Transport};
 use macrolink_gateway::assemble::Assembler;
 use macrolink_gateway::msg::Msg;
+use macrolink_gateway::stripe::Chunk;
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::to_pair;
 
@@ -103,4 +105,131 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
 /// Address of a sink as the messages carry it.
 pub fn pair(a: Addr) -> (u32, u32) {
     to_pair(a)
+}
+
+/// A transfer a receiver expects.
+#[derive(Clone, Copy, Debug)]
+pub struct Expect {
+    /// Its id (the receiver's key: chunks of other ids are dropped).
+    pub transfer: u64,
+    /// The sender's endpoint.
+    pub from: Addr,
+    /// Bytes in all.
+    pub total: u64,
+    /// Bytes per chunk.
+    pub chunk: u64,
+}
+
+/// What a receive saw.
+#[derive(Clone, Debug, Default)]
+pub struct ReceiveReport {
+    /// Chunks placed, by the node of the gateway they came through.
+    pub per_gateway: Vec<(u32, u64)>,
+    /// Chunks that came again and were dropped.
+    pub duplicates: u64,
+    /// Whether every chunk is in place.
+    pub complete: bool,
+}
+
+/// How often a receiver says hello through each gateway.
+const HELLO_EVERY: u64 = 200_000_000;
+
+/// Receives transfer `expect` on `ep`, handing each chunk to `place` once
+/// however often it comes, and acknowledging every copy through the gateway
+/// it came by; until `stop` says so (the sender may send a chunk again after
+/// the last one is placed, when an acknowledgement was lost). With `hello`
+/// (gateways and the sender), it says hello to the sender through every
+/// gateway now and then, so that gateways open the connections the sender
+/// sends back through, and reopen them after coming back.
+pub fn receive(
+    ep: &mut Endpoint,
+    expect: Expect,
+    place: &mut dyn FnMut(Chunk, &[u8]) -> std::io::Result<()>,
+    hello: Option<&[Addr]>,
+    stop: &dyn Fn() -> bool,
+) -> Result<ReceiveReport> {
+    let mut asm = Assembler::new(expect.total, expect.chunk.max(1));
+    let mut report = ReceiveReport::default();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut out = Vec::with_capacity(64);
+    let me = to_pair(ep.addr());
+    let mut next_hello = 0u64;
+    while !stop() {
+        if let Some(gws) = hello {
+            let now = clock_ns();
+            if now >= next_hello {
+                next_hello = now + HELLO_EVERY;
+                out.clear();
+                Msg::Hello {
+                    from: me,
+                    to: to_pair(expect.from),
+                }
+                .encode(&mut out);
+                for gw in gws {
+                    let sent = ep
+                        .target_via(*gw, Mode::Reliable, Transport::Tcp)
+                        .and_then(|t| ep.write(t, &out));
+                    if let Err(e) = sent {
+                        tracing::debug!("hello through {gw}: {e}");
+                    }
+                }
+            }
+        }
+        let r = match ep.read_timeout(&mut buf, Duration::from_millis(50)) {
+            Ok(Some(r)) => r,
+            Ok(None) | Err(Error::PeerLost { .. }) => continue,
+            Err(Error::BufferTooSmall { needed, .. }) => {
+                buf.resize(needed, 0);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Ok(Msg::Chunk {
+            transfer,
+            total,
+            chunk,
+            from,
+            data,
+            ..
+        }) = Msg::decode(&buf[..r.len])
+        else {
+            continue;
+        };
+        if transfer != expect.transfer || from != to_pair(expect.from) || total != expect.total {
+            tracing::warn!("chunk of an unknown transfer from {}; dropped", r.from);
+            continue;
+        }
+        match asm.accept(chunk, data.len()) {
+            Ok(true) => {
+                place(chunk, data)?;
+                match report
+                    .per_gateway
+                    .iter_mut()
+                    .find(|(n, _)| *n == r.from.node)
+                {
+                    Some((_, c)) => *c += 1,
+                    None => report.per_gateway.push((r.from.node, 1)),
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!("chunk refused: {e:?}");
+                continue;
+            }
+        }
+        out.clear();
+        Msg::Ack {
+            transfer,
+            seq: chunk.seq,
+            to: from,
+        }
+        .encode(&mut out);
+        let back = ep.reply_target(&r, Mode::Reliable);
+        if let Err(e) = back.and_then(|t| ep.write(t, &out)) {
+            tracing::info!("cannot acknowledge through {}: {e}", r.from);
+        }
+    }
+    report.duplicates = asm.duplicates;
+    report.complete = asm.is_complete();
+    Ok(report)
 }

@@ -440,7 +440,7 @@ fn cleanup(location: &Location, workers: u64, a: &Args, layouts: &[Layout]) -> a
             }
         }
         Location::Remote { server, path } => {
-            let mut c = Client::connect(server, &a.client.secret.load()?, &a.client.options())?;
+            let mut c = Client::connect(server, &a.client.secret.load()?, &a.client.options()?)?;
             for n in names {
                 let p = if path.is_empty() {
                     n

@@ -149,7 +149,7 @@ pub enum Target {
     /// A directory under an export.
     Remote {
         /// Connection to the server.
-        client: Client,
+        client: Box<Client>,
         /// The directory.
         dir: String,
     },
@@ -161,9 +161,9 @@ impl Target {
         Ok(match target.parse::<Location>()? {
             Location::Local(p) => Target::Local(p),
             Location::Remote { server, path } => {
-                let c = Client::connect(&server, &client.secret.load()?, &client.options())?;
+                let c = Client::connect(&server, &client.secret.load()?, &client.options()?)?;
                 Target::Remote {
-                    client: c,
+                    client: Box::new(c),
                     dir: path,
                 }
             }

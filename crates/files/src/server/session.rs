@@ -1,16 +1,19 @@
 //! One authenticated client connection: requests in, replies out, and the
 //! data streams of its transfers.
 
-use macrolink_fabric::Transport;
+use macrolink_fabric::{Addr, Endpoint, Transport};
+use macrolink_gwnet::client::SendConfig;
 use std::io;
 use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
 use super::{OpenFile, Shared};
 use crate::data::{self, gather, join, DataError, Receiver, Sender};
+use crate::lane::{self, Far};
 use crate::ops::{Failure, OpResult};
-use crate::proto::{self, Code, FabricInfo, Landing, Reply, Request, Shape, StreamEnd};
+use crate::proto::{self, Code, FabricInfo, Landing, Lane, Reply, Request, Shape, StreamEnd};
 use crate::sums::{self, Digest};
 use crate::wire_io::{self, ReadError};
 
@@ -119,7 +122,8 @@ impl Session {
                 shape,
                 streams,
                 verify,
-            } => self.get(&path, shape, &streams, verify)?,
+                lane,
+            } => self.get(&path, shape, &streams, verify, lane)?,
             Request::Put {
                 path,
                 size,
@@ -128,7 +132,8 @@ impl Session {
                 sync,
                 landing,
                 verify,
-            } => self.put(&path, size, shape, streams, sync, landing, verify)?,
+                lane,
+            } => self.put(&path, size, shape, streams, sync, landing, verify, lane)?,
             Request::Auth { .. } | Request::Commit { .. } => self.reply(failure(Failure::new(
                 Code::BadRequest,
                 "request out of turn",
@@ -161,11 +166,16 @@ impl Session {
         shape: Shape,
         ends: &[StreamEnd],
         verify: bool,
+        lane: Option<Lane>,
     ) -> Result<(), End> {
         let opened = (|| {
+            let streams = if lane.is_some() { 1 } else { ends.len() };
             shape
-                .check(ends.len() as u32)
+                .check(streams as u32)
                 .map_err(|m| Failure::new(Code::BadRequest, m))?;
+            if let Some(l) = &lane {
+                check_lane(l)?;
+            }
             let guard = self.open_counted()?;
             let file = self.shared.export.open_read(path)?;
             let size = file.metadata().map_err(|e| Failure::io(path, &e))?.len();
@@ -182,9 +192,13 @@ impl Session {
             Ok(x) => x,
             Err(f) => return Ok(self.reply(failure(f))?),
         };
+        if let Some(lane) = lane {
+            return self.get_through(lane, &file, size, &shape, verify);
+        }
         self.reply(Reply::Sending {
             size,
             len: shape.len,
+            ep: 0,
         })?;
         let shared = data::Shared::default().skipping_digests(!verify);
         let n = ends.len() as u32;
@@ -215,6 +229,57 @@ impl Session {
         Ok(self.reply(msg)?)
     }
 
+    /// Sends bytes of a file through the gateways of `lane`.
+    fn get_through(
+        &mut self,
+        lane: Lane,
+        file: &std::fs::File,
+        size: u64,
+        shape: &Shape,
+        verify: bool,
+    ) -> Result<(), End> {
+        let mut ep = match self.open_lane_endpoint() {
+            Ok(ep) => ep,
+            Err(f) => return Ok(self.reply(failure(f))?),
+        };
+        self.reply(Reply::Sending {
+            size,
+            len: shape.len,
+            ep: ep.addr().ep,
+        })?;
+        let gws = lane_gateways(&lane);
+        let msg = if lane::await_hellos(&mut ep, &gws, lane::HELLO_WAIT) == 0 {
+            failure(Failure::new(
+                Code::Lost,
+                "no gateway of the lane reached the server",
+            ))
+        } else {
+            let shared = data::Shared::default().skipping_digests(!verify);
+            let far = Far {
+                gateways: &gws,
+                peer: Addr::new(self.client.node, lane.ep),
+                key: lane.key,
+            };
+            let cfg = SendConfig::default();
+            let sent = lane::send(&mut ep, far, shape, file, &shared, cfg);
+            match gather(shape, vec![sent.map(|(d, _)| d)]) {
+                Ok(digest) => Reply::Sent {
+                    bytes: shape.len,
+                    digest,
+                },
+                Err(f) => failure(f),
+            }
+        };
+        Ok(self.reply(msg)?)
+    }
+
+    fn open_lane_endpoint(&self) -> OpResult<Endpoint> {
+        self.shared
+            .node
+            .open(self.shared.ep_id(), lane::endpoint_config())
+            .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))
+    }
+
     /// Receives bytes of a file from the client into the partial file (or
     /// in place), and renames it over the final name once the client has
     /// committed and the digest matches.
@@ -228,12 +293,16 @@ impl Session {
         sync: bool,
         landing: Landing,
         verify: bool,
+        lane: Option<Lane>,
     ) -> Result<(), End> {
         let keep_partial = matches!(landing, Landing::Replace { keep_partial: true });
         let opened = (|| {
             shape
                 .check(streams)
                 .map_err(|m| Failure::new(Code::BadRequest, m))?;
+            if let Some(l) = &lane {
+                check_lane(l)?;
+            }
             if matches!(landing, Landing::Replace { .. }) && shape.offset + shape.len != size {
                 return Err(Failure::new(
                     Code::BadRequest,
@@ -243,43 +312,74 @@ impl Session {
             let guard = self.open_counted()?;
             let x = &self.shared.export;
             x.writable(path)?;
-            let mut receivers = Vec::new();
-            for _ in 0..streams {
-                let r = Receiver::open(&self.shared.node, self.shared.ep_id(), &shape)
-                    .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))?;
-                receivers.push(r);
-            }
+            let ends = match &lane {
+                Some(_) => {
+                    let key = crate::auth::random_key()
+                        .map_err(|e| Failure::new(Code::Io, e.to_string()))?;
+                    Ends::Lane(Box::new(self.open_lane_endpoint()?), key)
+                }
+                None => {
+                    let mut receivers = Vec::new();
+                    for _ in 0..streams {
+                        let r = Receiver::open(&self.shared.node, self.shared.ep_id(), &shape)
+                            .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))?;
+                        receivers.push(r);
+                    }
+                    Ends::Streams(receivers)
+                }
+            };
             // Last, so that a refusal never touches a partial file that
             // another upload, or a later resume, owns.
             let file = match landing {
                 Landing::Replace { .. } => x.open_partial(path, shape.offset > 0)?,
                 Landing::InPlace => x.open_in_place(path)?,
             };
-            Ok((guard, file, receivers))
+            Ok((guard, file, ends))
         })();
-        let (_guard, file, receivers) = match opened {
+        let (_guard, file, ends) = match opened {
             Ok(x) => x,
             Err(f) => return Ok(self.reply(failure(f))?),
         };
         self.reply(Reply::Receiving {
-            streams: receivers.iter().map(Receiver::end).collect(),
+            streams: match &ends {
+                Ends::Streams(r) => r.iter().map(Receiver::end).collect(),
+                Ends::Lane(ep, key) => vec![StreamEnd {
+                    ep: ep.addr().ep,
+                    key: *key,
+                }],
+            },
         })?;
         let shared = data::Shared::default().skipping_digests(!verify);
+        let done = AtomicBool::new(false);
+        let client = self.client.node;
         let (results, commit) = thread::scope(|scope| {
-            let handles: Vec<_> = receivers
-                .into_iter()
-                .enumerate()
-                .map(|(s, r)| {
-                    let (file, shared, shape) = (&file, &shared, &shape);
-                    scope.spawn(move || r.run(shape, s as u32, streams, file, shared))
-                })
-                .collect();
+            let (file, shared, shape, done) = (&file, &shared, &shape, &done);
+            let handles: Vec<_> = match ends {
+                Ends::Streams(receivers) => receivers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(s, r)| {
+                        scope.spawn(move || r.run(shape, s as u32, streams, file, shared))
+                    })
+                    .collect(),
+                Ends::Lane(mut ep, key) => {
+                    let peer = Addr::new(client, lane.as_ref().map_or(0, |l| l.ep));
+                    vec![scope.spawn(move || {
+                        let far = Far {
+                            gateways: &[],
+                            peer,
+                            key,
+                        };
+                        lane::receive(&mut ep, far, shape, file, shared, done, false)
+                            .map(|(d, _)| d)
+                    })]
+                }
+            };
             let commit = wire_io::recv::<Request>(&mut self.stream, proto::MAX_REQUEST);
             if !matches!(commit, Ok(Request::Commit { .. })) {
-                shared
-                    .abort
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                shared.abort.store(true, Ordering::Relaxed);
             }
+            done.store(true, Ordering::Relaxed);
             let results: Vec<_> = handles.into_iter().map(join).collect();
             (results, commit)
         });
@@ -344,6 +444,32 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Where a `Put`'s data arrives.
+enum Ends {
+    /// Streams of puts into regions.
+    Streams(Vec<Receiver>),
+    /// Chunks through gateways, to an endpoint, of a transfer id.
+    Lane(Box<Endpoint>, u64),
+}
+
+fn check_lane(l: &Lane) -> OpResult<()> {
+    if l.gateways.is_empty() || l.gateways.len() > proto::MAX_GATEWAYS {
+        return Err(Failure::new(
+            Code::BadRequest,
+            format!(
+                "a lane of {} gateways (1 to {})",
+                l.gateways.len(),
+                proto::MAX_GATEWAYS
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn lane_gateways(l: &Lane) -> Vec<Addr> {
+    l.gateways.iter().map(|g| Addr::new(g.0, g.1)).collect()
 }
 
 fn failure(f: Failure) -> Reply {

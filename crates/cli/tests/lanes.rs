@@ -1,0 +1,246 @@
+//! The file service through gateway processes: a cluster file puts a lane
+//! of two gateways between `cp` and the storage host, file data goes as
+//! chunks striped over both, in both directions, and a gateway killed
+//! mid-copy loses nothing.
+
+use macrolink::peer::Peer;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+
+/// A storage host serving an export on node 10, two gateways, and the
+/// cluster file that names them.
+struct Site {
+    dir: tempfile::TempDir,
+    gateways: Vec<Peer>,
+    _server: Peer,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("export")).unwrap();
+        std::fs::write(dir.path().join("secret"), "lanes-test-secret-0123456789").unwrap();
+        let mut c = Command::new(EXE);
+        c.args(["serve", "--listen", "127.0.0.1:0", "--node", "10"])
+            .args(["--fabric", "127.0.0.1:0", "--sink", "--shm-dir"])
+            .arg(dir.path())
+            .arg("--secret-file")
+            .arg(dir.path().join("secret"))
+            .arg(dir.path().join("export"));
+        let server = Peer::spawn_cmd(c).expect("server starts");
+        let fabric = server.fabric.expect("the server names its fabric address");
+        let gateways: Vec<Peer> = (0..2)
+            .map(|i| {
+                let peer = format!("10={fabric}");
+                Peer::spawn_role(
+                    Path::new(EXE),
+                    "gateway",
+                    21 + i,
+                    dir.path(),
+                    &["--peer", &peer],
+                )
+                .expect("gateway starts")
+            })
+            .collect();
+        let cluster = format!(
+            r#"
+[[host]]
+name = "gw0"
+role = "gateway"
+node = 21
+fabric = "{}"
+
+[[host]]
+name = "gw1"
+role = "gateway"
+node = 22
+fabric = "{}"
+
+[[host]]
+name = "store0"
+role = "storage"
+node = 10
+storage = "{fabric}"
+files = "{}"
+
+[[lane]]
+gateways = ["gw0", "gw1"]
+storage = ["store0"]
+"#,
+            gateways[0].tcp, gateways[1].tcp, server.tcp
+        );
+        std::fs::write(dir.path().join("cluster.toml"), cluster).unwrap();
+        Site {
+            dir,
+            gateways,
+            _server: server,
+        }
+    }
+
+    fn export(&self, name: &str) -> PathBuf {
+        self.dir.path().join("export").join(name)
+    }
+
+    fn local(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cp(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(EXE);
+        c.arg("cp")
+            .arg("--cluster")
+            .arg(self.dir.path().join("cluster.toml"))
+            .arg("--secret-file")
+            .arg(self.dir.path().join("secret"))
+            .arg("--shm-dir")
+            .arg(self.dir.path())
+            .args(args)
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cp(args).output().unwrap()
+    }
+}
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Chunks each gateway carried, from `cp`'s summary.
+fn carried(o: &Output) -> Vec<(u32, u64)> {
+    let text = stderr(o);
+    let Some(line) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("chunks through gateways: "))
+    else {
+        return Vec::new();
+    };
+    line.split(", ")
+        .map(|p| {
+            let (gw, n) = p.trim_start_matches("node ").split_once(": ").unwrap();
+            (gw.parse().unwrap(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+fn wait_for_bytes(path: &Path, min: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(path).map_or(0, |m| m.len()) < min {
+        assert!(Instant::now() < until, "{} never grew", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn finish(c: Child) -> Output {
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn files_go_up_and_down_through_both_gateways_of_the_lane() {
+    let site = Site::new();
+    for (i, size) in [0usize, 1, 4095, (1 << 20) + 1, 24 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(size, i as u64 + 7);
+        let name = format!("f{i}");
+        std::fs::write(site.local(&name), &data).unwrap();
+        let url = format!("ml://store0/{name}");
+        let local = site.local(&name);
+        let up = site.run(&["--chunk", "256KiB", local.to_str().unwrap(), &url]);
+        assert!(up.status.success(), "upload of {size}: {}", stderr(&up));
+        assert!(std::fs::read(site.export(&name)).unwrap() == data, "{size}");
+        let back = site.local(&format!("{name}.back"));
+        let down = site.run(&["--chunk", "256KiB", &url, back.to_str().unwrap()]);
+        assert!(
+            down.status.success(),
+            "download of {size}: {}",
+            stderr(&down)
+        );
+        assert!(std::fs::read(&back).unwrap() == data, "{size}");
+        if size >= 1 << 20 {
+            for o in [&up, &down] {
+                let per = carried(o);
+                let total: u64 = per.iter().map(|(_, n)| n).sum();
+                assert_eq!(total, (size as u64).div_ceil(256 << 10), "{per:?}");
+                assert!(
+                    per.len() == 2 && per.iter().all(|(_, n)| *n > 0),
+                    "both gateways carry chunks: {per:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gateway_killed_mid_copy_loses_nothing_either_way() {
+    let mut site = Site::new();
+    let size = 48usize << 20;
+    let data = pattern(size, 3);
+    std::fs::write(site.export("big"), &data).unwrap();
+    // Down, with the first gateway killed a third of the way.
+    let back = site.local("big.back");
+    let child = site
+        .cp(&[
+            "--limit-rate",
+            "24MB",
+            "ml://store0/big",
+            back.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&site.local(".big.back.ml-part"), size as u64 / 3);
+    site.gateways[0].kill();
+    let down = finish(child);
+    assert!(down.status.success(), "{}", stderr(&down));
+    assert!(std::fs::read(&back).unwrap() == data);
+    // Up through the one left, while the first is still dead.
+    let up = site.run(&[back.to_str().unwrap(), "ml://store0/big.up"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    assert!(std::fs::read(site.export("big.up")).unwrap() == data);
+    let per = carried(&up);
+    assert!(
+        per.iter().all(|(gw, n)| *gw == 22 || *n == 0),
+        "only the live gateway carries: {per:?}"
+    );
+}
+
+#[test]
+fn a_gateway_killed_mid_upload_loses_nothing() {
+    let mut site = Site::new();
+    let size = 48usize << 20;
+    let data = pattern(size, 5);
+    let src = site.local("up");
+    std::fs::write(&src, &data).unwrap();
+    let child = site
+        .cp(&[
+            "--limit-rate",
+            "24MB",
+            src.to_str().unwrap(),
+            "ml://store0/up",
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&site.export(".up.ml-part"), size as u64 / 3);
+    site.gateways[1].kill();
+    let up = finish(child);
+    assert!(up.status.success(), "{}", stderr(&up));
+    assert!(std::fs::read(site.export("up")).unwrap() == data);
+}
