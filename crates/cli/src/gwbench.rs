@@ -20,8 +20,8 @@ pub struct Args {
     /// Largest number of gateways.
     #[arg(long, default_value_t = 4)]
     max: usize,
-    /// MiB per transfer.
-    #[arg(long, default_value_t = 256)]
+    /// MiB per transfer (the failover case too).
+    #[arg(long, default_value_t = 1024)]
     mib: usize,
     /// Rate of each storage-side link (tc syntax).
     #[arg(long, default_value = "1gbit")]
@@ -41,6 +41,9 @@ pub struct Args {
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw bandwidth against gateways as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 /// One row: N gateways.
@@ -54,6 +57,8 @@ pub struct Row {
     pub ratio_to_n_links: f64,
     /// macrolink, eight striped transfers at once, MB/s.
     pub macrolink_8_flows: f64,
+    /// Eight flows / (N x the one-gateway figure).
+    pub ratio_8_flows: f64,
     /// Kernel ECMP, iperf3 one flow, MB/s.
     pub kernel_1_flow: Option<f64>,
     /// Kernel ECMP, iperf3 eight flows, MB/s.
@@ -389,6 +394,44 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
     Ok(out)
 }
 
+/// Bandwidth against gateways: each way of moving data beside N x the
+/// one-gateway figure.
+fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
+    type Pick = fn(&Row) -> Option<f64>;
+    let picks: [(&str, Pick); 6] = [
+        ("N x one gateway", |_| None),
+        ("macrolink, one striped transfer", |r| Some(r.macrolink)),
+        ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
+        ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
+        ("macrolink cp up", |r| Some(r.cp_up)),
+        ("macrolink cp down", |r| Some(r.cp_down)),
+    ];
+    let series: Vec<(String, Vec<(f64, f64)>)> = picks
+        .iter()
+        .enumerate()
+        .map(|(i, (name, pick))| {
+            let pts = rows
+                .iter()
+                .filter_map(|r| {
+                    let y = if i == 0 {
+                        Some(r.gateways as f64 * one)
+                    } else {
+                        pick(r)
+                    };
+                    Some((r.gateways as f64, y?))
+                })
+                .collect();
+            (name.to_string(), pts)
+        })
+        .collect();
+    macrolink_bench::plot::lines_png(
+        path,
+        &format!("one compute host to storage through N gateways ({rate} storage links)"),
+        ("gateways", "MB/s"),
+        &series,
+    )
+}
+
 /// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
 fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
     let mut srv = Command::new("ip")
@@ -470,6 +513,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             macrolink: mbs,
             ratio_to_n_links: mbs / (n as f64 * one),
             macrolink_8_flows: many,
+            ratio_8_flows: many / (n as f64 * one),
             kernel_1_flow: k1,
             kernel_8_flows: k8,
             cp_up: cp.up,
@@ -482,11 +526,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>14} {:>15} {:>10} {:>10}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>10}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
         "macrolink 8 flows",
+        "/ (N x one)",
         "kernel 1 flow",
         "kernel 8 flows",
         "cp up",
@@ -494,11 +539,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>14} {:>15} {:>10.1} {:>10.1}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>10.1}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
             r.macrolink_8_flows,
+            r.ratio_8_flows,
             f(r.kernel_1_flow),
             f(r.kernel_8_flows),
             r.cp_up,
@@ -543,6 +589,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     if let Some(p) = &a.json {
         macrolink_bench::report::write_json(p, &rows)?;
+    }
+    if let Some(p) = &a.plot {
+        plot(p, &rows, one, &a.rate)?;
     }
     Ok(())
 }

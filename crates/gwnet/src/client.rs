@@ -133,8 +133,13 @@ pub fn send(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendReport> {
     let start = clock_ns();
+    let chunk = cfg.stripe.chunk.max(1);
+    let mut hashes: Vec<Option<u64>> = vec![None; (data.len() as u64).div_ceil(chunk) as usize];
     let mut read = |c: Chunk, buf: &mut [u8]| {
         buf.copy_from_slice(&data[c.offset as usize..(c.offset + c.len) as usize]);
+        if let Some(h @ None) = hashes.get_mut(c.seq as usize) {
+            *h = Some(crate::chunk_hash(buf));
+        }
         Ok(())
     };
     let mut report = stripe(
@@ -150,7 +155,9 @@ pub fn send(
             true
         },
     )?;
-    report.verified = ask_verdict(ep, gateways, &report.down, storage, transfer, data);
+    let hashes: Vec<u64> = hashes.into_iter().map(Option::unwrap_or_default).collect();
+    let hash = crate::transfer_hash(&hashes);
+    report.verified = ask_verdict(ep, gateways, &report.down, storage, transfer, hash);
     report.secs = (clock_ns() - start) as f64 / 1e9;
     Ok(report)
 }
@@ -163,9 +170,8 @@ fn ask_verdict(
     down: &[bool],
     storage: Addr,
     transfer: u64,
-    data: &[u8],
+    hash: u64,
 ) -> bool {
-    let hash = xxhash_rust::xxh3::xxh3_64(data);
     let mut out = Vec::with_capacity(64);
     Msg::Done {
         transfer,

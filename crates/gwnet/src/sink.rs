@@ -12,10 +12,13 @@ use crate::to_pair;
 
 /// Largest transfer a sink accepts into memory.
 pub const MAX_TRANSFER: u64 = 4 << 30;
+/// Smallest chunk a sink accepts (but for a transfer that is smaller).
+pub const MIN_CHUNK: u64 = 4096;
 
 struct Transfer {
     asm: Assembler,
     data: Vec<u8>,
+    hashes: Vec<u64>,
 }
 
 /// Receives until the endpoint fails. Returns after `stop_after` verdicts
@@ -45,23 +48,35 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                 data,
                 ..
             }) => {
-                if total > MAX_TRANSFER {
-                    tracing::warn!("sink: transfer of {total} bytes refused");
+                // Any chunk tells the chunk size: a later one by its offset,
+                // the first by its length.
+                let size = match chunk.seq {
+                    0 => chunk.len,
+                    s => chunk.offset / s,
+                };
+                if total > MAX_TRANSFER || size < MIN_CHUNK.min(total) {
+                    tracing::warn!("sink: transfer of {total} bytes in chunks of {size} refused");
                     continue;
                 }
                 let t = transfers
                     .entry((from, transfer))
                     .or_insert_with(|| Transfer {
-                        asm: Assembler::new(total, chunk.len.max(1)),
+                        asm: Assembler::new(total, size.max(1)),
                         data: vec![0u8; total as usize],
+                        hashes: vec![0; total.div_ceil(size.max(1)) as usize],
                     });
                 match t.asm.place(chunk, data, &mut t.data) {
-                    Ok(_) => Msg::Ack {
-                        transfer,
-                        seq: chunk.seq,
-                        to: from,
+                    Ok(new) => {
+                        if new {
+                            t.hashes[chunk.seq as usize] = crate::chunk_hash(data);
+                        }
+                        Msg::Ack {
+                            transfer,
+                            seq: chunk.seq,
+                            to: from,
+                        }
+                        .encode(&mut out)
                     }
-                    .encode(&mut out),
                     Err(e) => {
                         tracing::warn!("sink: chunk refused: {e:?}");
                         continue;
@@ -75,7 +90,7 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                 ..
             }) => {
                 let ok = transfers.remove(&(from, transfer)).is_some_and(|t| {
-                    t.asm.is_complete() && xxhash_rust::xxh3::xxh3_64(&t.data) == hash
+                    t.asm.is_complete() && crate::transfer_hash(&t.hashes) == hash
                 });
                 Msg::Verdict {
                     transfer,
