@@ -244,3 +244,61 @@ fn a_gateway_killed_mid_upload_loses_nothing() {
     assert!(up.status.success(), "{}", stderr(&up));
     assert!(std::fs::read(site.export("up")).unwrap() == data);
 }
+
+#[test]
+fn a_killed_download_through_the_lane_resumes() {
+    let site = Site::new();
+    let size = 32usize << 20;
+    let data = pattern(size, 11);
+    std::fs::write(site.export("r"), &data).unwrap();
+    let back = site.local("r.back");
+    let mut child = site
+        .cp(&[
+            "--limit-rate",
+            "16MB",
+            "ml://store0/r",
+            back.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&site.local(".r.back.ml-part"), size as u64 / 2);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!back.exists(), "no final name before the copy completes");
+    let done = site.run(&["--resume", "ml://store0/r", back.to_str().unwrap()]);
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert!(stderr(&done).contains("bytes resumed"), "{}", stderr(&done));
+    assert!(std::fs::read(&back).unwrap() == data);
+}
+
+#[test]
+fn iobench_through_the_lane_adds_up() {
+    let site = Site::new();
+    std::fs::create_dir(site.export("io")).unwrap();
+    let json = site.local("io.json");
+    let out = Command::new(EXE)
+        .args(["iobench", "ml://store0/io", "--workers", "2"])
+        .args(["--sizes", "64KiB,1MiB", "--file-size", "2MiB"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--cluster")
+        .arg(site.dir.path().join("cluster.toml"))
+        .arg("--secret-file")
+        .arg(site.dir.path().join("secret"))
+        .arg("--shm-dir")
+        .arg(site.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // Write and read, N-to-N and N-to-1, two sizes (no random writes on an
+    // export).
+    assert_eq!(rows.len(), 2 * 2 * 2, "{rows:#?}");
+    for r in &rows {
+        assert_eq!(r["bytes"].as_u64().unwrap(), 2 * (2 << 20), "{r}");
+        assert!(r["effective_mb_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let left = std::fs::read_dir(site.export("io")).unwrap().count();
+    assert_eq!(left, 0, "iobench leaves nothing behind");
+}
