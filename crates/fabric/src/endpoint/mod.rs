@@ -581,6 +581,12 @@ impl Endpoint {
                     have: buf.len(),
                 })
             }
+            Some(Ready::Held { data, .. }) if data.len() > buf.len() => {
+                return Err(Error::BufferTooSmall {
+                    needed: data.len(),
+                    have: buf.len(),
+                })
+            }
             Some(_) => {}
         }
         Ok(match self.core.ready.pop_front() {
@@ -598,6 +604,24 @@ impl Endpoint {
                 Some(Recv {
                     from,
                     len,
+                    kind: RecvKind::Message(mode),
+                    transport,
+                    via,
+                })
+            }
+            Some(Ready::Held {
+                from,
+                mode,
+                transport,
+                data,
+                via,
+            }) => {
+                buf[..data.len()].copy_from_slice(&data);
+                self.core.stats.messages_in += 1;
+                self.core.stats.bytes_in += data.len() as u64;
+                Some(Recv {
+                    from,
+                    len: data.len(),
                     kind: RecvKind::Message(mode),
                     transport,
                     via,

@@ -8,10 +8,16 @@
 //! reader's buffer as soon as one large enough is offered, so a bounded pool
 //! still carries messages of any size. Put payload goes straight into the
 //! registered region after the whole put has been checked.
+//!
+//! A message placed straight into the reader's buffer holds that buffer
+//! until it is whole. When its sender stops mid-way for [`HOLD`] (a hung
+//! process, a lost segment waiting for retransmission), the part that came
+//! is moved into a buffer of the connection's own and the rest goes there
+//! as it comes, so one stalled peer never keeps an endpoint from the others.
 
 use macrolink_wire::{FrameKind, Header, Refusal};
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::put::{PutStatus, PutTable, Regions, RemoteRegion};
 use crate::framing::{FrameReader, RxError};
@@ -29,6 +35,15 @@ pub(crate) enum Ready {
         transport: Transport,
         len: usize,
         chain: Chain,
+        via: Option<(u32, u32)>,
+    },
+    /// A message that stalled while placed in a reader's buffer and was
+    /// finished in a buffer of its own.
+    Held {
+        from: Addr,
+        mode: Mode,
+        transport: Transport,
+        data: Vec<u8>,
         via: Option<(u32, u32)>,
     },
     Placed {
@@ -100,6 +115,13 @@ enum Asm {
         total: u64,
         got: u64,
     },
+    /// A direct message moved out of the reader's buffer (see [`HOLD`]).
+    Held {
+        mode: Mode,
+        total: u64,
+        got: u64,
+        buf: Vec<u8>,
+    },
     Put {
         seq: u64,
         key: u64,
@@ -122,6 +144,8 @@ pub(crate) struct Conn {
     pub(crate) stream: Stream,
     rx: FrameReader,
     asm: Asm,
+    /// Since when a direct message has waited for more bytes.
+    stalled: Option<Instant>,
     rx_seq: u64,
     /// The current frame passed its checks and is being read.
     frame_started: bool,
@@ -150,6 +174,21 @@ pub(crate) enum Step {
 
 /// Longest a sleeping wait lasts before looking around again.
 pub(crate) const NAP: Duration = Duration::from_millis(200);
+/// How long a message placed straight into a reader's buffer may wait for
+/// its next bytes before it is held aside (and the read looks at the other
+/// connections, and at its deadline). Far longer than the gap between the
+/// segments of a flowing message.
+pub(crate) const HOLD: Duration = Duration::from_millis(20);
+
+/// What waiting for more of a direct message came to.
+enum Wait {
+    /// Bytes may have come: read on.
+    More,
+    /// The sender has stalled: hold the message aside.
+    Hold,
+    /// The connection failed.
+    Lost(String),
+}
 /// Idle polls between liveness checks of shared-memory peers.
 pub(crate) const SPINS_PER_CHECK: u32 = 1 << 12;
 
@@ -162,6 +201,7 @@ impl Conn {
             stream,
             rx: FrameReader::new(),
             asm: Asm::Idle,
+            stalled: None,
             rx_seq: 0,
             frame_started: false,
             tx_seq: 0,
@@ -190,13 +230,20 @@ impl Conn {
         let mut moved = false;
         loop {
             let h = match self.rx.header(&mut self.stream) {
-                Ok(Some(h)) => h,
+                Ok(Some(h)) => {
+                    self.stalled = None;
+                    h
+                }
                 Ok(None) if matches!(self.asm, Asm::Direct { .. }) => {
                     // Between fragments of a message the reader's buffer holds.
-                    if let Err(e) = self.await_more(core.completion) {
-                        return Step::Lost(e);
+                    match self.await_direct(core.completion) {
+                        Wait::More => continue,
+                        Wait::Hold => {
+                            self.hold(user.as_deref());
+                            return Step::Moved;
+                        }
+                        Wait::Lost(e) => return Step::Lost(e),
                     }
-                    continue;
                 }
                 Ok(None) => return if moved { Step::Moved } else { Step::Idle },
                 Err(RxError::Io(e)) => return Step::Lost(e.to_string()),
@@ -320,7 +367,9 @@ impl Conn {
                         self.rx_seq += 1;
                     }
                 }
-                Asm::Staged { total, got, .. } | Asm::Direct { total, got, .. } => {
+                Asm::Staged { total, got, .. }
+                | Asm::Direct { total, got, .. }
+                | Asm::Held { total, got, .. } => {
                     if h.kind != FrameKind::Data || h.total != *total || h.offset != *got {
                         return self.violation(core, "fragment does not continue its message");
                     }
@@ -343,11 +392,27 @@ impl Conn {
                         Ok(0) => {
                             // The rest of this message is on its way: wait for
                             // it here, the reader's buffer holds its head.
-                            if let Err(e) = self.await_more(core.completion) {
-                                return Step::Lost(e);
+                            match self.await_direct(core.completion) {
+                                Wait::More => continue,
+                                Wait::Hold => {
+                                    self.hold(user.as_deref());
+                                    return Step::Moved;
+                                }
+                                Wait::Lost(e) => return Step::Lost(e),
                             }
-                            continue;
                         }
+                        Ok(n) => {
+                            self.stalled = None;
+                            n
+                        }
+                        Err(e) => return Step::Lost(e.to_string()),
+                    }
+                }
+                Asm::Held { buf, got, .. } => {
+                    let at = *got as usize;
+                    let left = self.rx.left();
+                    match self.rx.payload(&mut self.stream, &mut buf[at..at + left]) {
+                        Ok(0) => return if moved { Step::Moved } else { Step::Idle },
                         Ok(n) => n,
                         Err(e) => return Step::Lost(e.to_string()),
                     }
@@ -392,7 +457,9 @@ impl Conn {
             };
             moved = true;
             match &mut self.asm {
-                Asm::Direct { got, .. } | Asm::Staged { got, .. } => *got += n as u64,
+                Asm::Direct { got, .. } | Asm::Staged { got, .. } | Asm::Held { got, .. } => {
+                    *got += n as u64
+                }
                 _ => unreachable!("message state"),
             }
         }
@@ -410,6 +477,21 @@ impl Conn {
                     transport,
                     via: Some(self.id),
                 })
+            }
+            Asm::Held {
+                mode,
+                total,
+                got,
+                buf,
+            } if got == total => {
+                core.ready.push_back(Ready::Held {
+                    from: self.peer,
+                    mode,
+                    transport,
+                    data: buf,
+                    via: Some(self.id),
+                });
+                Step::Moved
             }
             Asm::Staged {
                 mode,
@@ -462,8 +544,14 @@ impl Conn {
         Step::Moved
     }
 
-    /// Sleeps or spins until more bytes may have arrived on this stream.
-    fn await_more(&mut self, completion: Completion) -> Result<(), String> {
+    /// Sleeps or spins until more bytes of the direct message may have
+    /// arrived, or says to hold it aside once it has waited [`HOLD`].
+    fn await_direct(&mut self, completion: Completion) -> Wait {
+        let now = Instant::now();
+        let since = *self.stalled.get_or_insert(now);
+        let Some(left) = HOLD.checked_sub(now - since).filter(|d| !d.is_zero()) else {
+            return Wait::Hold;
+        };
         match completion {
             Completion::Poll => {
                 for _ in 0..SPINS_PER_CHECK {
@@ -473,15 +561,42 @@ impl Conn {
             }
             Completion::Wait => {
                 if self.stream.arm_read() {
-                    let r = sys::wait_fd(self.stream.raw_fd(), sys::Interest::Read, NAP);
+                    let r = sys::wait_fd(self.stream.raw_fd(), sys::Interest::Read, left);
                     self.stream.disarm();
-                    r.map_err(|e| e.to_string())?;
+                    if let Err(e) = r {
+                        return Wait::Lost(e.to_string());
+                    }
                 } else {
                     self.stream.disarm();
                 }
             }
         }
-        Ok(())
+        Wait::More
+    }
+
+    /// Moves a stalled direct message out of the reader's buffer `user`
+    /// into one of its own, so that the read can go on without it.
+    fn hold(&mut self, user: Option<&[u8]>) {
+        self.stalled = None;
+        let Asm::Direct { mode, total, got } = self.asm else {
+            return;
+        };
+        let Some(head) = user.and_then(|u| u.get(..got as usize)) else {
+            unreachable!("direct placement without a reader")
+        };
+        let mut buf = Vec::with_capacity(total as usize);
+        buf.extend_from_slice(head);
+        buf.resize(total as usize, 0);
+        tracing::debug!(
+            peer = %self.peer,
+            "message stalled after {got} of {total} bytes; held aside"
+        );
+        self.asm = Asm::Held {
+            mode,
+            total,
+            got,
+            buf,
+        };
     }
 
     fn put(&mut self, core: &mut Core, h: Header) -> Step {

@@ -1,0 +1,129 @@
+//! A peer that stops in the middle of a message (a hung process: its
+//! connection stays open and says nothing) must not keep the endpoint from
+//! its other peers, and its message still arrives whole when it goes on.
+
+use macrolink_fabric::{
+    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Recv, Transport,
+};
+use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A raw TCP connection to endpoint 5 of `node` that passed the handshake.
+fn raw_conn(node: &Node, src: Addr) -> TcpStream {
+    let mut s = TcpStream::connect(node.tcp_addr().unwrap()).unwrap();
+    let mut h = Header::new(FrameKind::Hello);
+    h.src_node = src.node;
+    h.src_ep = src.ep;
+    h.dst_ep = 5;
+    s.write_all(&h.encode()).unwrap();
+    let mut b = [0u8; HEADER_LEN];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
+    s
+}
+
+/// The header of the one frame of a `len`-byte reliable message, the first
+/// on its connection.
+fn message_header(src: Addr, len: usize) -> Header {
+    let mut h = Header::new(FrameKind::Data);
+    h.src_node = src.node;
+    h.src_ep = src.ep;
+    h.dst_ep = 5;
+    h.total = len as u64;
+    h.len = len as u32;
+    h
+}
+
+fn read_one(rx: &mut Endpoint, buf: &mut [u8]) -> Recv {
+    loop {
+        match rx.read_timeout(buf, Duration::from_secs(20)) {
+            Ok(Some(r)) => return r,
+            Ok(None) => panic!("nothing arrived in 20 s"),
+            Err(Error::PeerLost { .. }) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+fn stalled_sender_does_not_hold_the_endpoint(completion: Completion) {
+    // A read held by the stalled message would never return: fail, not hang.
+    thread::spawn(|| {
+        thread::sleep(Duration::from_secs(120));
+        eprintln!("stalled_peer: still waiting after 120 s; the endpoint is held");
+        std::process::abort();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let cfg = EndpointConfig {
+        completion,
+        ..EndpointConfig::default()
+    };
+    let mut rx = a.open(5, cfg).unwrap();
+    let mut good = b.open(9, cfg).unwrap();
+
+    // The hung peer sends the head of a 256 KiB message and stops.
+    let hung = Addr::new(7, 7);
+    let body: Vec<u8> = (0..256u32 << 10).map(|i| (i * 7 + i / 251) as u8).collect();
+    let mut s = raw_conn(&a, hung);
+    s.write_all(&message_header(hung, body.len()).encode())
+        .unwrap();
+    s.write_all(&body[..100_000]).unwrap();
+
+    // The good peer writes a little later, while the read sits in the
+    // hung peer's message.
+    let writer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        let t = good
+            .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Tcp)
+            .unwrap();
+        good.write(t, b"from the good peer").unwrap();
+        good
+    });
+
+    // A buffer large enough for the hung peer's message: it is placed
+    // there directly, then held aside when its sender stalls.
+    let mut buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let r = read_one(&mut rx, &mut buf);
+    assert_eq!(
+        r.from,
+        Addr::new(2, 9),
+        "the good peer's message comes first"
+    );
+    assert_eq!(&buf[..r.len], b"from the good peer");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the good peer waited {:?}",
+        start.elapsed()
+    );
+    let _good = writer.join().unwrap();
+
+    // The hung peer goes on: its message arrives whole, in a buffer that
+    // must be large enough for it.
+    s.write_all(&body[100_000..]).unwrap();
+    let mut small = [0u8; 1000];
+    match rx.read_timeout(&mut small, Duration::from_secs(20)) {
+        Err(Error::BufferTooSmall { needed, .. }) => assert_eq!(needed, body.len()),
+        other => panic!("expected BufferTooSmall, got {other:?}"),
+    }
+    let r = read_one(&mut rx, &mut buf);
+    assert_eq!(r.from, hung);
+    assert_eq!(r.len, body.len());
+    assert!(buf[..r.len] == body[..], "the held message arrived changed");
+    assert_eq!(rx.stats().bad_frames, 0);
+}
+
+#[test]
+fn a_stalled_sender_does_not_hold_a_waiting_endpoint() {
+    stalled_sender_does_not_hold_the_endpoint(Completion::Wait);
+}
+
+#[test]
+fn a_stalled_sender_does_not_hold_a_polling_endpoint() {
+    stalled_sender_does_not_hold_the_endpoint(Completion::Poll);
+}
