@@ -178,7 +178,8 @@ impl Cluster {
                 misses: self.health.misses,
             },
             pinned: false,
-            patience: 0,
+            // A transfer that hears nothing for this long fails, not hangs.
+            patience: 30_000_000_000,
         }
     }
 

@@ -5,12 +5,13 @@
 
 use anyhow::{bail, Context};
 use clap::Args as ClapArgs;
-use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{clock_ns, Addr, Completion, EndpointConfig, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig, SendReport};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 
 use crate::peer::Peer;
 use crate::testbed::{enter, Testbed, ECMP_ADDR, PORT};
@@ -76,10 +77,14 @@ pub enum Fault {
     KillGateway(f64),
     /// Take storage-side link `link` of gateway 0 down at this share.
     LinkDown(f64, usize),
+    /// Freeze gateway 0 (SIGSTOP) at this share: its connections stay open
+    /// and say nothing, as a hung host's do; only heartbeats can tell.
+    FreezeGateway(f64),
 }
 
 /// Transfer settings: 1 MiB chunks, `window` in flight per gateway,
-/// heartbeats every `heartbeat_ms` with `misses` allowed.
+/// heartbeats every `heartbeat_ms` with `misses` allowed; a transfer that
+/// hears no acknowledgement for 30 s fails instead of waiting on.
 pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig {
     SendConfig {
         stripe: StripeConfig {
@@ -92,7 +97,7 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
             misses,
         },
         pinned: false,
-        patience: 0,
+        patience: 30_000_000_000,
     }
 }
 
@@ -111,6 +116,23 @@ pub fn payload(n: usize) -> Vec<u8> {
     v
 }
 
+/// What a run of [`striped`] measured.
+#[derive(Debug)]
+pub struct Striped {
+    /// The client's report (of all flows together).
+    pub report: SendReport,
+    /// When the fault struck ([`clock_ns`]; 0: none did).
+    pub struck: u64,
+}
+
+impl Striped {
+    /// Seconds from the fault to gateway `gw` being taken out of use.
+    pub fn found_after(&self, gw: usize) -> Option<f64> {
+        let at = *self.report.down_at.get(gw)?;
+        (self.struck != 0 && at >= self.struck).then(|| (at - self.struck) as f64 / 1e9)
+    }
+}
+
 /// Starts a sink and `n` gateways in `tb`, then sends `payload` from the
 /// compute namespace; `kill_at` kills gateway 0 once that share is acknowledged.
 pub fn striped(
@@ -121,7 +143,7 @@ pub fn striped(
     send_cfg: SendConfig,
     fault: Option<Fault>,
     flows: usize,
-) -> anyhow::Result<SendReport> {
+) -> anyhow::Result<Striped> {
     let dir = tempfile::tempdir()?;
     let _sink = tb.spawn(
         exe,
@@ -155,8 +177,10 @@ pub fn striped(
     let addrs: Vec<String> = (0..n).map(|i| tb.gateway_addr(i)).collect();
     let gws = std::sync::Mutex::new(gws);
     let done = std::sync::atomic::AtomicBool::new(false);
+    // When the fault struck (clock_ns; 0: not yet).
+    let struck = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
-        s.spawn(|| -> anyhow::Result<SendReport> {
+        s.spawn(|| -> anyhow::Result<Striped> {
             enter(&compute)?;
             let mut cfg = NodeConfig::local(1, &shm);
             for (i, a) in addrs.iter().enumerate() {
@@ -168,11 +192,14 @@ pub fn striped(
             // `flows` transfers at once, each from its own endpoint and
             // thread (started here, so in the compute namespace too).
             let share = payload.len() / flows.max(1);
+            // Flows together: from before the first starts to after the
+            // last has its verdict.
+            let wall = std::time::Instant::now();
             let reports: Vec<anyhow::Result<SendReport>> = std::thread::scope(|fs| {
                 let handles: Vec<_> = (0..flows.max(1))
                     .map(|f| {
-                        let (node, targets, gws, fault, done) =
-                            (&node, &targets, &gws, &fault, &done);
+                        let (node, targets, gws, fault, done, struck) =
+                            (&node, &targets, &gws, &fault, &done, &struck);
                         fs.spawn(move || -> anyhow::Result<SendReport> {
                             let ep_cfg = EndpointConfig {
                                 completion: Completion::Wait,
@@ -195,6 +222,24 @@ pub fn striped(
                                         let mut g = gws.lock().unwrap_or_else(|p| p.into_inner());
                                         if let Some(mut victim) = g[0].take() {
                                             victim.kill();
+                                            struck.store(clock_ns(), Ordering::Relaxed);
+                                        }
+                                    }
+                                    Some(Fault::FreezeGateway(k))
+                                        if acked as f64 >= k * total as f64
+                                            && !done.swap(
+                                                true,
+                                                std::sync::atomic::Ordering::AcqRel,
+                                            ) =>
+                                    {
+                                        let g = gws.lock().unwrap_or_else(|p| p.into_inner());
+                                        if let Some(victim) = &g[0] {
+                                            // SAFETY: kill(2) on a child this process
+                                            // started and has not reaped.
+                                            unsafe {
+                                                libc::kill(victim.pid() as i32, libc::SIGSTOP);
+                                            }
+                                            struck.store(clock_ns(), Ordering::Relaxed);
                                         }
                                     }
                                     Some(Fault::LinkDown(k, link))
@@ -209,6 +254,7 @@ pub fn striped(
                                             &tb.gateway(0),
                                             &["ip", "link", "set", "dev", &dev, "down"],
                                         );
+                                        struck.store(clock_ns(), Ordering::Relaxed);
                                     }
                                     _ => {}
                                 },
@@ -230,18 +276,29 @@ pub fn striped(
             });
             let mut all = SendReport {
                 verified: true,
+                secs: wall.elapsed().as_secs_f64(),
                 ..SendReport::default()
             };
             for r in reports {
                 let r = r?;
                 all.bytes += r.bytes;
-                all.secs = all.secs.max(r.secs);
                 all.longest_stall = all.longest_stall.max(r.longest_stall);
                 all.resent += r.resent;
                 all.failovers += r.failovers;
                 all.verified &= r.verified;
+                all.down.resize(r.down.len(), false);
+                for (a, d) in all.down.iter_mut().zip(&r.down) {
+                    *a |= d;
+                }
+                all.down_at.resize(r.down_at.len(), 0);
+                for (a, d) in all.down_at.iter_mut().zip(&r.down_at) {
+                    *a = (*a).max(*d);
+                }
             }
-            Ok(all)
+            Ok(Striped {
+                report: all,
+                struck: struck.load(Ordering::Relaxed),
+            })
         })
         .join()
         .map_err(|_| anyhow::anyhow!("client thread panicked"))?
@@ -491,8 +548,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, cfg, None, 1)?;
-        let many = striped(&exe, &tb, n, &payload, cfg, None, 8)?;
+        let r = striped(&exe, &tb, n, &payload, cfg, None, 1)?.report;
+        let many = striped(&exe, &tb, n, &payload, cfg, None, 8)?.report;
         let many = many.bytes as f64 / many.secs / 1e6;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
@@ -560,7 +617,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut single = 0.0;
     for links in 1..=2 {
         let tb = Testbed::with_links(1, links, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, 1, &payload, cfg, None, 1)?;
+        let r = striped(&exe, &tb, 1, &payload, cfg, None, 1)?.report;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if links == 1 {
             single = mbs;
@@ -571,22 +628,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     eprintln!("failover ...");
-    let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
-    let r = striped(
-        &exe,
-        &tb,
-        2,
-        &payload,
-        cfg,
-        Some(Fault::KillGateway(1.0 / 3.0)),
-        1,
-    )?;
-    println!(
-        "failover: 2 gateways, one killed (SIGKILL) a third of the way: {:.1} MB/s overall, longest stall {:.1} ms, {} chunks sent again, hash verified",
-        r.bytes as f64 / r.secs / 1e6,
-        r.longest_stall * 1e3,
-        r.resent
-    );
+    let faults = [
+        ("killed (SIGKILL)", Fault::KillGateway(0.5)),
+        ("frozen (SIGSTOP)", Fault::FreezeGateway(0.5)),
+    ];
+    for (what, fault) in faults {
+        let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
+        let run = striped(&exe, &tb, 2, &payload, cfg, Some(fault), 1)?;
+        let r = &run.report;
+        let found = run
+            .found_after(0)
+            .map_or("never".to_string(), |s| format!("after {:.0} ms", s * 1e3));
+        println!(
+            "failover: 2 gateways, one {what} halfway: {:.1} MB/s overall, \
+             taken out of use {found}, longest stall {:.1} ms, {} chunks sent again, hash verified",
+            r.bytes as f64 / r.secs / 1e6,
+            r.longest_stall * 1e3,
+            r.resent
+        );
+    }
     if let Some(p) = &a.json {
         macrolink_bench::report::write_json(p, &rows)?;
     }

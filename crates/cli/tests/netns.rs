@@ -65,10 +65,39 @@ fn a_gateway_killed_in_the_namespace_testbed_loses_nothing() {
         Some(Fault::KillGateway(1.0 / 3.0)),
         1,
     )
-    .unwrap();
+    .unwrap()
+    .report;
     eprintln!("namespace testbed, gateway killed: {r:?}");
     assert!(r.verified, "{r:?}");
     assert!(r.failovers >= 1, "{r:?}");
+    assert_eq!(r.bytes, 32 << 20);
+}
+
+#[test]
+fn a_gateway_frozen_mid_transfer_is_found_by_heartbeats_and_loses_nothing() {
+    // SIGSTOP: the gateway's connections stay open and its kernel still
+    // takes bytes, so no error tells the client; only missed heartbeats do.
+    let Some(tb) = testbed(2, 1) else {
+        return;
+    };
+    let payload: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
+        .collect();
+    let r = striped(
+        Path::new(EXE),
+        &tb,
+        2,
+        &payload,
+        send_config(4, 100, 3),
+        Some(Fault::FreezeGateway(0.3)),
+        1,
+    )
+    .unwrap()
+    .report;
+    eprintln!("namespace testbed, gateway frozen: {r:?}");
+    assert!(r.verified, "{r:?}");
+    assert!(r.failovers >= 1, "the frozen gateway stayed in use: {r:?}");
+    assert!(r.down[0] && !r.down[1], "{r:?}");
     assert_eq!(r.bytes, 32 << 20);
 }
 
@@ -91,7 +120,8 @@ fn a_gateway_with_two_storage_links_uses_both() {
         None,
         1,
     )
-    .unwrap();
+    .unwrap()
+    .report;
     assert!(r.verified, "{r:?}");
     let g = tb.gateway(0);
     let dev = |j: usize| tb.storage_link(0, j);
@@ -221,7 +251,8 @@ fn a_storage_link_gone_dark_mid_transfer_loses_nothing() {
         Some(Fault::LinkDown(1.0 / 3.0, 0)),
         1,
     )
-    .unwrap();
+    .unwrap()
+    .report;
     eprintln!("namespace testbed, storage link down: {r:?}");
     assert!(r.verified, "{r:?}");
     assert_eq!(r.bytes, 24 << 20);

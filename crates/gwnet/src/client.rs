@@ -47,12 +47,15 @@ pub struct SendReport {
     pub after_return: u64,
     /// Gateways out of use at the end.
     pub down: Vec<bool>,
+    /// When each gateway was last taken out of use ([`clock_ns`]; 0: never).
+    pub down_at: Vec<u64>,
 }
 
 struct Lanes {
     gws: Vec<Addr>,
     targets: Vec<Option<Target>>,
     down: Vec<bool>,
+    down_at: Vec<u64>,
     failovers: u64,
     /// Pinned mode: the flow's identity and the gateway it is on.
     pin: Option<(Vec<u8>, usize)>,
@@ -73,6 +76,7 @@ impl Lanes {
     fn mark_down(&mut self, gw: usize, striper: &mut Striper) {
         if !self.down[gw] {
             self.down[gw] = true;
+            self.down_at[gw] = clock_ns();
             self.targets[gw] = None;
             self.failovers += 1;
             striper.on_path_down(gw);
@@ -239,6 +243,7 @@ pub fn stripe(
         gws: gateways.to_vec(),
         targets: vec![None; n],
         down: vec![false; n],
+        down_at: vec![0; n],
         failovers: 0,
         pin: None,
         retry_at: vec![0; n],
@@ -268,6 +273,7 @@ pub fn stripe(
     let to = to_pair(storage);
     let mut buf = vec![0u8; 1 << 16];
     let mut out = Vec::with_capacity(CHUNK_HEADER + cfg.stripe.chunk as usize);
+    let mut head = Vec::with_capacity(CHUNK_HEADER);
     let mut events = Vec::new();
     let (mut acked, mut last_ack, mut longest) = (0u64, start, 0u64);
     while !striper.is_complete() {
@@ -277,10 +283,10 @@ pub fn stripe(
         for e in events.drain(..) {
             match e {
                 HealthEvent::Probe { gw, seq } => {
-                    out.clear();
-                    Msg::Ping { seq }.encode(&mut out);
+                    head.clear();
+                    Msg::Ping { seq }.encode(&mut head);
                     if let Some(t) = lanes.target(ep, gw) {
-                        if ep.write(t, &out).is_err() {
+                        if ep.write(t, &head).is_err() {
                             lanes.mark_down(gw, &mut striper);
                             health.mark_down(gw);
                         }
@@ -305,9 +311,12 @@ pub fn stripe(
                 after_return += 1;
             }
             let c = tx.chunk;
-            out.clear();
-            encode_chunk_head(transfer, total, c, me, to, &mut out);
+            // The buffer keeps its length from chunk to chunk: only the
+            // header is written anew, and the data read over the last.
+            head.clear();
+            encode_chunk_head(transfer, total, c, me, to, &mut head);
             out.resize(CHUNK_HEADER + c.len as usize, 0);
+            out[..CHUNK_HEADER].copy_from_slice(&head);
             read(c, &mut out[CHUNK_HEADER..])?;
             let sent = lanes.target(ep, tx.gw).map(|t| ep.write(t, &out));
             if !matches!(sent, Some(Ok(()))) {
@@ -363,5 +372,6 @@ pub fn stripe(
         per_gateway,
         after_return,
         down: lanes.down,
+        down_at: lanes.down_at,
     })
 }

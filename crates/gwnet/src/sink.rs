@@ -1,5 +1,10 @@
-//! The storage side: places chunks of each transfer once, acknowledges each
-//! through the gateway it came by, and checks the whole transfer's hash.
+//! The storage side: counts each chunk of a transfer once, acknowledges each
+//! copy through the gateway it came by, and checks the whole transfer's hash.
+//!
+//! [`run`] is a measuring sink, as an iperf3 server is: it hashes each new
+//! chunk as it goes by and keeps nothing else, so a transfer may be larger
+//! than memory. [`receive`] hands each new chunk to the caller (the file
+//! service writes it to a file).
 
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Transport};
 use macrolink_gateway::assemble::Assembler;
@@ -10,14 +15,14 @@ use std::time::Duration;
 
 use crate::to_pair;
 
-/// Largest transfer a sink accepts into memory.
-pub const MAX_TRANSFER: u64 = 4 << 30;
+/// Most chunks a sink keeps account of in one transfer (a flag and a hash
+/// each: 36 MiB at most; 4 TiB in chunks of 1 MiB).
+pub const MAX_CHUNKS: u64 = 4 << 20;
 /// Smallest chunk a sink accepts (but for a transfer that is smaller).
 pub const MIN_CHUNK: u64 = 4096;
 
 struct Transfer {
     asm: Assembler,
-    data: Vec<u8>,
     hashes: Vec<u64>,
 }
 
@@ -54,7 +59,7 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                     0 => chunk.len,
                     s => chunk.offset / s,
                 };
-                if total > MAX_TRANSFER || size < MIN_CHUNK.min(total) {
+                if size < MIN_CHUNK.min(total) || total.div_ceil(size.max(1)) > MAX_CHUNKS {
                     tracing::warn!("sink: transfer of {total} bytes in chunks of {size} refused");
                     continue;
                 }
@@ -62,10 +67,9 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                     .entry((from, transfer))
                     .or_insert_with(|| Transfer {
                         asm: Assembler::new(total, size.max(1)),
-                        data: vec![0u8; total as usize],
                         hashes: vec![0; total.div_ceil(size.max(1)) as usize],
                     });
-                match t.asm.place(chunk, data, &mut t.data) {
+                match t.asm.accept(chunk, data.len()) {
                     Ok(new) => {
                         if new {
                             t.hashes[chunk.seq as usize] = crate::chunk_hash(data);
