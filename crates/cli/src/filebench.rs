@@ -97,27 +97,56 @@ fn chmod(path: &Path, mode: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Best time of `runs` runs of `cmd` (after `before` each run).
-fn best(
-    runs: usize,
-    mut before: impl FnMut(),
-    mut cmd: impl FnMut() -> Command,
-) -> anyhow::Result<f64> {
-    let mut best = f64::INFINITY;
-    for _ in 0..runs.max(1) {
-        before();
-        let mut c = cmd();
-        let t = Instant::now();
-        let out = c.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
-        let secs = t.elapsed().as_secs_f64();
-        if !out.status.success() {
-            bail!(
-                "{:?} failed: {}",
-                c.get_program(),
-                String::from_utf8_lossy(&out.stderr)
-            );
+/// One copy, timed three ways.
+struct Case<'a> {
+    name: &'static str,
+    /// The local side: the file an upload reads or a download writes.
+    local: &'a Path,
+    /// The file in the export.
+    remote: &'a Path,
+    upload: bool,
+}
+
+impl Case<'_> {
+    /// (source, destination) of a copy between `remote` and `local` as one
+    /// tool names them.
+    fn ends<T>(&self, remote: T, local: T) -> (T, T) {
+        if self.upload {
+            (local, remote)
+        } else {
+            (remote, local)
         }
-        best = best.min(secs);
+    }
+}
+
+/// A command to time, made anew for each run.
+type Contender<'a> = Box<dyn Fn() -> Command + 'a>;
+
+/// Best time of each command over `runs` rounds; each round runs every
+/// command once, in turn (after `before`), so that a machine whose speed
+/// drifts during the run slows all of them alike.
+fn best_of_rounds(
+    runs: usize,
+    before: impl Fn(),
+    cmds: &[Contender<'_>],
+) -> anyhow::Result<Vec<f64>> {
+    let mut best = vec![f64::INFINITY; cmds.len()];
+    for _ in 0..runs.max(1) {
+        for (cmd, best) in cmds.iter().zip(&mut best) {
+            before();
+            let mut c = cmd();
+            let t = Instant::now();
+            let out = c.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+            let secs = t.elapsed().as_secs_f64();
+            if !out.status.success() {
+                bail!(
+                    "{:?} failed: {}",
+                    c.get_program(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            *best = best.min(secs);
+        }
     }
     Ok(best)
 }
@@ -238,58 +267,66 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .map(|(_, port)| format!("root://127.0.0.1:{port}/{}", p.display()))
     };
     let runs = a.runs;
-    let rm = |p: PathBuf| move || drop(std::fs::remove_file(&p));
     let mut rows = Vec::new();
     let mb = |secs: f64| a.size as f64 / secs / 1e6;
     let null = Path::new("/dev/null");
 
-    eprintln!("download to /dev/null");
-    rows.push(FileRow {
-        case: "download to /dev/null".into(),
-        ours_mb_s: mb(best(runs, || {}, || ml(&[&ml_url("src"), "/dev/null"]))?),
-        xrdcp_mb_s: match xrd_url(&src) {
-            Some(u) => Some(mb(best(
-                runs,
-                || {},
-                || xrdcp(u.clone(), "/dev/null".into()),
-            )?)),
-            None => None,
-        },
-        cp_mb_s: mb(best(runs, || {}, || cp(&src, null))?),
-    });
-
-    eprintln!("download to a local file");
     let dl = local.join("dl");
-    let dl_s = dl.display().to_string();
-    rows.push(FileRow {
-        case: "download to a file".into(),
-        ours_mb_s: mb(best(runs, rm(dl.clone()), || ml(&[&ml_url("src"), &dl_s]))?),
-        xrdcp_mb_s: match xrd_url(&src) {
-            Some(u) => Some(mb(best(runs, rm(dl.clone()), || {
-                xrdcp(u.clone(), dl_s.clone())
-            })?)),
-            None => None,
-        },
-        cp_mb_s: mb(best(runs, rm(dl.clone()), || cp(&src, &dl))?),
-    });
-    let _ = std::fs::remove_file(&dl);
-
-    eprintln!("upload");
-    let up_s = up.display().to_string();
     let target = export.join("up");
-    rows.push(FileRow {
-        case: "upload".into(),
-        ours_mb_s: mb(best(runs, rm(target.clone()), || {
-            ml(&[&up_s, &ml_url("up")])
-        })?),
-        xrdcp_mb_s: match xrd_url(&target) {
-            Some(u) => Some(mb(best(runs, rm(target.clone()), || {
-                xrdcp(up_s.clone(), u.clone())
-            })?)),
-            None => None,
+    let cases = [
+        Case {
+            name: "download to /dev/null",
+            local: null,
+            remote: &src,
+            upload: false,
         },
-        cp_mb_s: mb(best(runs, rm(target.clone()), || cp(&up, &target))?),
-    });
+        Case {
+            name: "download to a file",
+            local: &dl,
+            remote: &src,
+            upload: false,
+        },
+        Case {
+            name: "upload",
+            local: &up,
+            remote: &target,
+            upload: true,
+        },
+    ];
+    for case in &cases {
+        eprintln!("{}", case.name);
+        let name = case
+            .remote
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        let (ours, local) = (ml_url(&name), case.local.display().to_string());
+        let (from, to) = case.ends(ours, local.clone());
+        let mut cmds: Vec<Contender<'_>> = vec![Box::new(|| ml(&[&from, &to]))];
+        let xrd_remote = xrd_url(case.remote);
+        if let Some(u) = &xrd_remote {
+            let (f, t) = case.ends(u.clone(), local.clone());
+            cmds.push(Box::new(move || xrdcp(f.clone(), t.clone())));
+        }
+        let (f, t) = case.ends(case.remote, case.local);
+        cmds.push(Box::new(move || cp(f, t)));
+        // Each run writes into a file system with nothing dirty left by the
+        // last one, whose writeback would otherwise slow it at random.
+        let written = if case.upload { case.remote } else { case.local };
+        let remove = || {
+            if written != null {
+                let _ = std::fs::remove_file(written);
+                let _ = Command::new("sync").arg("-f").arg(&dir).status();
+            }
+        };
+        let times = best_of_rounds(runs, remove, &cmds)?;
+        rows.push(FileRow {
+            case: case.name.into(),
+            ours_mb_s: mb(times[0]),
+            xrdcp_mb_s: xrd_remote.as_ref().map(|_| mb(times[1])),
+            cp_mb_s: mb(times[times.len() - 1]),
+        });
+    }
 
     drop(xrd);
     for f in [
@@ -304,7 +341,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     print!("{}", table(&rows));
     println!(
-        "{} bytes, best of {runs} runs of each whole command; page cache warm; \
+        "{} bytes, best of {runs} rounds, each running every whole command once in turn; page cache warm; \
          macrolink cp with {} streams over {}",
         a.size,
         a.streams,

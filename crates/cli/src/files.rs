@@ -207,8 +207,10 @@ pub struct CpArgs {
     /// Chunk size (e.g. 1MiB).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     chunk: u32,
-    /// Chunks in flight per stream.
-    #[arg(long, default_value_t = 8)]
+    /// Chunks in flight per stream. Few keep each stream's receiving region
+    /// in the processor's cache when both ends share a host; raise it for a
+    /// link whose bandwidth-delay product exceeds streams x slots x chunk.
+    #[arg(long, default_value_t = 4)]
     slots: u32,
     /// Continue an interrupted copy from its partial file; a failed copy
     /// keeps its partial file for the next try.

@@ -114,7 +114,7 @@ impl Default for CopyOptions {
         CopyOptions {
             streams: 1,
             chunk: 1 << 20,
-            slots: 8,
+            slots: 4,
             resume: false,
             sync: false,
             recursive: false,
