@@ -3,7 +3,7 @@
 //! evenly, a flow stays on its gateway while that gateway lives, and when one
 //! dies only its own flows move.
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 use crate::Gw;
 
@@ -55,8 +55,12 @@ impl Paths {
     /// The gateway for a flow (source, destination, port...), or `None` when
     /// every gateway is down.
     pub fn pick(&self, flow: &[u8]) -> Option<Gw> {
-        self.live()
-            .max_by_key(|&gw| (xxh3_64_with_seed(flow, gw as u64), std::cmp::Reverse(gw)))
+        self.live().max_by_key(|&gw| {
+            (
+                XxHash3_64::oneshot_with_seed(gw as u64, flow),
+                std::cmp::Reverse(gw),
+            )
+        })
     }
 }
 
