@@ -2,7 +2,7 @@
 //! and turns what both sides measured into rows.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, Error, Mode, Node, RegionKey, Result, Target, Transport,
+    Addr, Completion, Endpoint, Error, IoBuf, Mode, Node, RegionKey, Result, Target, Transport,
 };
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub struct Client {
     ctl_targets: HashMap<Transport, Target>,
     server: u32,
     key: RegionKey,
-    buf: Vec<u8>,
+    buf: IoBuf,
     mtu: usize,
 }
 
@@ -63,7 +63,7 @@ impl Client {
             ctl_targets: HashMap::new(),
             server,
             key: RegionKey(0),
-            buf: vec![0u8; 8 << 20],
+            buf: IoBuf::new(8 << 20)?,
             mtu: node.datagram_mtu(),
         })
     }

@@ -1,8 +1,8 @@
 //! The target side of every benchmark: answers runs until told to quit.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, RecvKind, RegionKey, Result,
-    Target, Transport,
+    Addr, Completion, Endpoint, EndpointConfig, Error, IoBuf, Mode, Node, RecvKind, RegionKey,
+    Result, Target, Transport,
 };
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ pub struct Server {
     ctl: Endpoint,
     data: Endpoint,
     key: RegionKey,
-    buf: Vec<u8>,
+    buf: IoBuf,
 }
 
 impl Server {
@@ -45,7 +45,7 @@ impl Server {
             ctl,
             data,
             key,
-            buf: vec![0u8; 8 << 20],
+            buf: IoBuf::new(8 << 20)?,
         })
     }
 
@@ -99,9 +99,7 @@ impl Server {
 
     fn run(&mut self, s: &Start, peer: Addr) -> Result<Done> {
         let size = s.size as usize;
-        if self.buf.len() < size {
-            self.buf.resize(size, 0);
-        }
+        self.buf.ensure(size)?;
         let mut done = Done::default();
         if s.transport == Transport::Udp && s.test != Test::Bandwidth {
             // The initiator's sync datagram tells us where it is.

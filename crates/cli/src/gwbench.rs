@@ -455,10 +455,11 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 6] = [
+    let picks: [(&str, Pick); 7] = [
         ("N x one gateway", |_| None),
         ("macrolink, one striped transfer", |r| Some(r.macrolink)),
         ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
+        ("kernel ECMP, iperf3 1 flow", |r| r.kernel_1_flow),
         ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
         ("macrolink cp up", |r| Some(r.cp_up)),
         ("macrolink cp down", |r| Some(r.cp_down)),

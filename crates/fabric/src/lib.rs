@@ -34,6 +34,7 @@
 mod endpoint;
 mod error;
 mod framing;
+mod iobuf;
 mod node;
 mod pool;
 pub(crate) mod sys;
@@ -42,6 +43,7 @@ mod types;
 
 pub use endpoint::{Endpoint, RAIL_USER_TIMEOUT_MS};
 pub use error::{Error, Result};
+pub use iobuf::IoBuf;
 pub use macrolink_wire::Refusal;
 pub use node::{default_shm_dir, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};
 pub use sys::clock_ns;

@@ -65,7 +65,7 @@ impl Collector {
 /// Size of `file` and the digests of its chunks of `chunk` bytes.
 pub fn file_chunks(file: &File, chunk_size: u32) -> io::Result<(u64, Vec<Digest>)> {
     let size = file.metadata()?.len();
-    let mut buf = vec![0u8; chunk_size as usize];
+    let mut buf = macrolink_fabric::IoBuf::new(chunk_size as usize)?;
     let mut out = Vec::new();
     let mut off = 0u64;
     while off < size {

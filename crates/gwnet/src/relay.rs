@@ -5,7 +5,7 @@
 //! link; messages go round-robin over the rails that work, and a rail that
 //! fails is left alone for a while (link aggregation with failover).
 
-use macrolink_fabric::{Addr, Endpoint, Error, Mode, Result, Transport};
+use macrolink_fabric::{Addr, Endpoint, Error, IoBuf, Mode, Result, Transport};
 use macrolink_gateway::msg::Msg;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -88,7 +88,7 @@ impl Rails {
 
 /// Relays until the endpoint fails.
 pub fn run(mut ep: Endpoint, mut rails: Rails) -> Result<()> {
-    let mut buf = vec![0u8; 8 << 20];
+    let mut buf = IoBuf::new(8 << 20)?;
     let mut out = Vec::with_capacity(64);
     loop {
         let r = match ep.read(&mut buf) {
@@ -98,7 +98,7 @@ pub fn run(mut ep: Endpoint, mut rails: Rails) -> Result<()> {
                 continue;
             }
             Err(Error::BufferTooSmall { needed, .. }) => {
-                buf.resize(needed, 0);
+                buf.ensure(needed)?;
                 continue;
             }
             Err(e) => return Err(e),

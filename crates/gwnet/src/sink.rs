@@ -6,7 +6,7 @@
 //! than memory. [`receive`] hands each new chunk to the caller (the file
 //! service writes it to a file).
 
-use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Transport};
+use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, IoBuf, Mode, Result, Transport};
 use macrolink_gateway::assemble::Assembler;
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::Chunk;
@@ -29,7 +29,7 @@ struct Transfer {
 /// Receives until the endpoint fails. Returns after `stop_after` verdicts
 /// when given (for tests and benchmarks).
 pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
-    let mut buf = vec![0u8; 8 << 20];
+    let mut buf = IoBuf::new(8 << 20)?;
     let mut out = Vec::with_capacity(64);
     let mut transfers: HashMap<((u32, u32), u64), Transfer> = HashMap::new();
     let mut verdicts = 0;
@@ -38,7 +38,7 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
             Ok(r) => r,
             Err(Error::PeerLost { .. }) => continue,
             Err(Error::BufferTooSmall { needed, .. }) => {
-                buf.resize(needed, 0);
+                buf.ensure(needed)?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -169,7 +169,7 @@ pub fn receive(
 ) -> Result<ReceiveReport> {
     let mut asm = Assembler::new(expect.total, expect.chunk.max(1));
     let mut report = ReceiveReport::default();
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = IoBuf::new(64 << 10)?;
     let mut out = Vec::with_capacity(64);
     let me = to_pair(ep.addr());
     let mut next_hello = 0u64;
@@ -198,7 +198,7 @@ pub fn receive(
             Ok(Some(r)) => r,
             Ok(None) | Err(Error::PeerLost { .. }) => continue,
             Err(Error::BufferTooSmall { needed, .. }) => {
-                buf.resize(needed, 0);
+                buf.ensure(needed)?;
                 continue;
             }
             Err(e) => return Err(e),

@@ -39,6 +39,10 @@ impl Job {
             format!("--size={}", self.size),
             format!("--numjobs={}", self.workers),
             "--ioengine=psync".into(),
+            // Page-aligned buffers, as iobench's are: with fio's own
+            // placement the kernel's copy out of the page cache ran five
+            // times slower on an AMD EPYC (2.6 against 13 GB/s).
+            "--iomem_align=4096".into(),
             // Reads come from the page cache, as iobench's do.
             "--invalidate=0".into(),
             "--group_reporting".into(),

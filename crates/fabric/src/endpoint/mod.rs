@@ -94,9 +94,10 @@ impl Endpoint {
     pub(crate) fn open(node: Arc<NodeShared>, id: u32, cfg: EndpointConfig) -> Result<Endpoint> {
         let udp = node.udp_ip.map(|ip| Udp::bind(ip, node.mtu)).transpose()?;
         let inbox = Arc::new(Inbox::new(udp.as_ref().map_or(0, |u| u.port()))?);
-        node.register(id, inbox.clone())?;
         let token_size = cfg.token_size.max(node.mtu).max(4096);
         let tokens = cfg.tokens.max(1);
+        let pool = TokenPool::new(tokens, token_size)?;
+        node.register(id, inbox.clone())?;
         Ok(Endpoint {
             id,
             inbox,
@@ -109,7 +110,7 @@ impl Endpoint {
                 id,
                 completion: cfg.completion,
                 max_message: cfg.max_message,
-                pool: TokenPool::new(tokens, token_size),
+                pool,
                 ready: VecDeque::with_capacity(tokens * 2),
                 ready_cap: tokens * 2,
                 regions: Regions::new(node.seg_dir.clone()),
