@@ -360,7 +360,7 @@ fn put_from_fills_the_region_and_a_failing_fill_posts_nothing() {
             (target, r)
         });
         let data = pattern(5000, 3);
-        let mut scratch = Vec::new();
+        let mut scratch = macrolink_fabric::IoBuf::new(0).unwrap();
         let failed = init.put_from(t, 5000, 0, key, true, &mut scratch, |_| {
             Err(std::io::Error::other("disk went away"))
         });

@@ -14,7 +14,8 @@
 //! in the file without a header. Both ends hash every chunk.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, EndpointConfig, Mode, Node, RecvKind, RegionKey, Target, Transport,
+    Addr, Completion, Endpoint, EndpointConfig, IoBuf, Mode, Node, RecvKind, RegionKey, Target,
+    Transport,
 };
 use std::fs::File;
 use std::io;
@@ -378,7 +379,7 @@ impl Sender {
         shared: &Shared,
     ) -> Result<Vec<(u64, Digest)>, DataError> {
         let mut out = Vec::new();
-        let mut scratch = Vec::new();
+        let mut scratch = IoBuf::new(0).map_err(DataError::File)?;
         let mut buf = [0u8; 64];
         let mut in_flight = 0u32;
         let mut target = None;

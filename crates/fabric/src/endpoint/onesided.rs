@@ -7,6 +7,7 @@ use macrolink_wire::{Flags, FrameKind, Header, Refusal, MAX_FRAME};
 use super::put::{PutStatus, RemoteRegion};
 use super::{Deadline, Endpoint, Route};
 use crate::error::{Error, Result};
+use crate::iobuf::IoBuf;
 use crate::transport::Stream;
 use crate::types::{Addr, Mode, PutHandle, RegionKey, Target};
 
@@ -108,8 +109,9 @@ impl Endpoint {
 
     /// Posts a put of `len` bytes that `fill` writes: over shared memory
     /// straight into the target's mapped region (reading a file into it
-    /// costs one copy in all), elsewhere through `scratch`. `fill` must
-    /// write the whole slice it is given; an error from it posts nothing.
+    /// costs one copy in all), elsewhere through `scratch` (page-aligned, so
+    /// that a file read into it runs at full speed). `fill` must write the
+    /// whole slice it is given; an error from it posts nothing.
     #[allow(clippy::too_many_arguments)]
     pub fn put_from(
         &mut self,
@@ -118,16 +120,16 @@ impl Endpoint {
         offset: u64,
         key: RegionKey,
         notify: bool,
-        scratch: &mut Vec<u8>,
+        scratch: &mut IoBuf,
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
     ) -> Result<PutHandle> {
         let (peer, slot, gen, shm) = self.put_route(t)?;
         if shm {
             return self.put_direct(peer, slot, gen, len, offset, key, notify, fill);
         }
-        scratch.resize(len, 0);
-        fill(&mut scratch[..])?;
-        self.put(t, scratch, offset, key, notify)
+        scratch.ensure(len)?;
+        fill(&mut scratch[..len])?;
+        self.put(t, &scratch[..len], offset, key, notify)
     }
 
     /// Shared memory: writes straight into the target's mapped region, one
