@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args as ClapArgs;
-use macrolink_fabric::{clock_ns, Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{clock_ns, Addr, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig, SendReport};
 use serde::Serialize;
@@ -201,11 +201,7 @@ pub fn striped(
                         let (node, targets, gws, fault, done, struck) =
                             (&node, &targets, &gws, &fault, &done, &struck);
                         fs.spawn(move || -> anyhow::Result<SendReport> {
-                            let ep_cfg = EndpointConfig {
-                                completion: Completion::Wait,
-                                tokens: 256,
-                                ..EndpointConfig::default()
-                            };
+                            let ep_cfg = macrolink_gwnet::endpoint_config();
                             let mut ep = node.open(1 + f as u32, ep_cfg)?;
                             let part = &payload[f * share..(f + 1) * share];
                             let r = send(

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_fabric::{Completion, EndpointConfig, Node};
+use macrolink_fabric::{EndpointConfig, Node};
 use std::io::Write;
 
 use crate::node_args::NodeArgs;
@@ -40,11 +40,7 @@ fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
 
 /// Settings of a gateway's or storage host's endpoint.
 pub fn endpoint_config() -> EndpointConfig {
-    EndpointConfig {
-        completion: Completion::Wait,
-        tokens: 256,
-        ..EndpointConfig::default()
-    }
+    macrolink_gwnet::endpoint_config()
 }
 
 /// Relays between compute and storage hosts.

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{Addr, Node, NodeConfig};
 use macrolink_gwnet::client::send;
 use std::path::{Path, PathBuf};
 
@@ -63,14 +63,7 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> 
         }
     }
     let node = Node::start(cfg).context("starting the compute node")?;
-    let mut ep = node.open(
-        1,
-        EndpointConfig {
-            completion: Completion::Wait,
-            tokens: 256,
-            ..EndpointConfig::default()
-        },
-    )?;
+    let mut ep = node.open(1, macrolink_gwnet::endpoint_config())?;
     let payload: Vec<u8> = (0..mib << 20)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2])
         .collect();

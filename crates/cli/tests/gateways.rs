@@ -4,7 +4,7 @@
 
 use macrolink::gwbench::payload;
 use macrolink::peer::Peer;
-use macrolink_fabric::{Addr, Completion, Endpoint, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{Addr, Endpoint, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig};
 use std::path::Path;
@@ -50,12 +50,9 @@ fn lane(n: u32) -> Lane {
 impl Lane {
     /// The compute host's endpoint.
     fn endpoint(&self) -> Endpoint {
-        let cfg = EndpointConfig {
-            completion: Completion::Wait,
-            tokens: 256,
-            ..EndpointConfig::default()
-        };
-        self.node.open(1, cfg).unwrap()
+        self.node
+            .open(1, macrolink_gwnet::endpoint_config())
+            .unwrap()
     }
 }
 
@@ -247,4 +244,69 @@ fn a_gateway_that_comes_back_is_taken_into_use_again() {
     // Gateway 0 was taken back into use: chunks went through it after its
     // return.
     assert!(r.after_return > 0, "{r:?}");
+}
+
+/// A compute host that hangs with its connection open: it sends the gateway
+/// heartbeats and never reads the answers.
+fn hung_client(gateway: std::net::SocketAddr, pings: u64) -> std::net::TcpStream {
+    use macrolink_gateway::msg::Msg;
+    use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+    use std::io::{Read, Write};
+    let me = Addr::new(99, 1);
+    let mut s = std::net::TcpStream::connect(gateway).unwrap();
+    let mut h = Header::new(FrameKind::Hello);
+    (h.src_node, h.src_ep, h.dst_ep) = (me.node, me.ep, 1);
+    s.write_all(&h.encode()).unwrap();
+    let mut b = [0u8; HEADER_LEN];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
+    let mut w = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for seq in 0..pings {
+            let mut body = Vec::new();
+            Msg::Ping { seq }.encode(&mut body);
+            let mut h = Header::new(FrameKind::Data);
+            (h.src_node, h.src_ep, h.dst_ep) = (me.node, me.ep, 1);
+            (h.seq, h.total, h.len) = (seq, body.len() as u64, body.len() as u32);
+            out.extend_from_slice(&h.encode());
+            out.extend_from_slice(&body);
+            if out.len() > 1 << 16 {
+                // Fails once the gateway gives this client up: done.
+                if w.write_all(&out).is_err() {
+                    return;
+                }
+                out.clear();
+            }
+        }
+    });
+    s
+}
+
+#[test]
+fn a_compute_host_that_hangs_does_not_hold_up_the_gateway() {
+    // Without a send timeout the gateway would sit for good in a write of
+    // heartbeat answers that nobody reads, and relay nothing for anyone.
+    let lane = lane(1);
+    let hung = hung_client(lane.gateways[0].tcp, 400_000);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut ep = lane.endpoint();
+    let bytes = payload(16 << 20);
+    let patient = SendConfig {
+        patience: 60_000_000_000,
+        ..cfg()
+    };
+    let r = send(
+        &mut ep,
+        &[Addr::new(21, 1)],
+        Addr::new(10, 1),
+        3,
+        &bytes,
+        patient,
+        &mut |_, _| {},
+    )
+    .expect("the transfer gets through the gateway");
+    eprintln!("through a gateway with a hung client: {r:?}");
+    assert!(r.verified, "{r:?}");
+    let _ = hung.shutdown(std::net::Shutdown::Both);
 }

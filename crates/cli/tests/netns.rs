@@ -9,7 +9,7 @@
 
 use macrolink::gwbench::{send_config, striped, Fault};
 use macrolink::testbed::{enter, Shape, Testbed, PORT};
-use macrolink_fabric::{Addr, Completion, EndpointConfig, Node, NodeConfig};
+use macrolink_fabric::{Addr, Node, NodeConfig};
 use std::path::Path;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
@@ -198,16 +198,7 @@ fn every_compute_host_reaches_every_storage_host_through_the_lane() {
                         .insert(21 + i as u32, tb.gateway_addr(i).parse().unwrap());
                 }
                 let node = Node::start(cfg).unwrap();
-                let mut ep = node
-                    .open(
-                        1,
-                        EndpointConfig {
-                            completion: Completion::Wait,
-                            tokens: 256,
-                            ..EndpointConfig::default()
-                        },
-                    )
-                    .unwrap();
+                let mut ep = node.open(1, macrolink_gwnet::endpoint_config()).unwrap();
                 let gws: Vec<Addr> = (0..shape.gateways)
                     .map(|i| Addr::new(21 + i as u32, 1))
                     .collect();

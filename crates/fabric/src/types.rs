@@ -146,6 +146,12 @@ pub struct EndpointConfig {
     /// Largest message accepted; a peer announcing a larger one breaks the
     /// protocol and its connection is closed.
     pub max_message: u64,
+    /// A write whose peer takes nothing for this long fails with
+    /// [`Error::PeerLost`](crate::Error::PeerLost) and closes the
+    /// connection (`None`: it waits as long as it takes, as a blocking send
+    /// does). For endpoints that serve many peers, such as a gateway's, so
+    /// that one that hangs cannot hold the others up.
+    pub send_timeout: Option<std::time::Duration>,
 }
 
 impl Default for EndpointConfig {
@@ -155,6 +161,7 @@ impl Default for EndpointConfig {
             tokens: 64,
             token_size: 64 * 1024,
             max_message: 1 << 32,
+            send_timeout: None,
         }
     }
 }

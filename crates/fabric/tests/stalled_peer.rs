@@ -127,3 +127,49 @@ fn a_stalled_sender_does_not_hold_a_waiting_endpoint() {
 fn a_stalled_sender_does_not_hold_a_polling_endpoint() {
     stalled_sender_does_not_hold_the_endpoint(Completion::Poll);
 }
+
+#[test]
+fn a_write_to_a_peer_that_takes_nothing_gives_up_after_the_send_timeout() {
+    thread::spawn(|| {
+        thread::sleep(Duration::from_secs(120));
+        eprintln!("stalled_peer: a write still blocked after 120 s");
+        std::process::abort();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    b.add_peer(1, a.tcp_addr().unwrap());
+    a.add_peer(2, b.tcp_addr().unwrap());
+    let cfg = EndpointConfig {
+        completion: Completion::Wait,
+        send_timeout: Some(Duration::from_millis(300)),
+        ..EndpointConfig::default()
+    };
+    let mut tx = a.open(5, cfg).unwrap();
+    let mut good = b.open(9, cfg).unwrap();
+
+    // A hung peer: it says hello, then never reads.
+    let hung = Addr::new(7, 7);
+    let mut s = raw_conn(&a, hung);
+    s.write_all(&message_header(hung, 5).encode()).unwrap();
+    s.write_all(b"hello").unwrap();
+    let mut buf = [0u8; 64];
+    let r = read_one(&mut tx, &mut buf);
+    assert_eq!((r.from, &buf[..r.len]), (hung, &b"hello"[..]));
+    let t = tx.reply_target(&r, Mode::Reliable).unwrap();
+    let big = vec![1u8; 64 << 20];
+    let start = Instant::now();
+    let err = tx.write(t, &big).expect_err("nobody reads it");
+    assert!(
+        matches!(&err, Error::PeerLost { peer, reason } if *peer == hung && reason.contains("took nothing")),
+        "{err}"
+    );
+    eprintln!("gave up after {:?}", start.elapsed());
+    // The endpoint goes on with its other peers.
+    let t = tx
+        .target_via(Addr::new(2, 9), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    tx.write(t, b"still here").unwrap();
+    let r = read_one(&mut good, &mut buf);
+    assert_eq!(&buf[..r.len], b"still here");
+}

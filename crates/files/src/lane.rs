@@ -12,7 +12,7 @@
 //!              ── Ack ───►           ── Ack ────►   connections carry them)
 //! ```
 
-use macrolink_fabric::{Addr, Completion, Endpoint, EndpointConfig, Error as FabricError};
+use macrolink_fabric::{Addr, Endpoint, EndpointConfig, Error as FabricError};
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::{Chunk, StripeConfig};
 use macrolink_gwnet::client::{stripe, SendConfig};
@@ -51,14 +51,9 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// How long a server waits for the gateways to say hello before a `Get`.
 pub const HELLO_WAIT: Duration = Duration::from_secs(2);
 
-/// Settings of lane endpoints: waiting completion, tokens for the many small
-/// acknowledgements.
+/// Settings of lane endpoints: those of the gateway protocol.
 pub fn endpoint_config() -> EndpointConfig {
-    EndpointConfig {
-        completion: Completion::Wait,
-        tokens: 256,
-        ..EndpointConfig::default()
-    }
+    macrolink_gwnet::endpoint_config()
 }
 
 /// What a lane transfer did, for the record.

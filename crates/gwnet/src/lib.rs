@@ -30,7 +30,26 @@ pub fn transfer_hash(chunks: &[u64]) -> u64 {
     XxHash3_64::oneshot(&bytes)
 }
 
-use macrolink_fabric::Addr;
+use macrolink_fabric::{Addr, Completion, EndpointConfig};
+use std::time::Duration;
+
+/// How long a gateway-protocol endpoint waits for a peer that takes nothing
+/// (a hung host: its connections stay open) before giving it up. Far longer
+/// than a healthy peer ever makes a 1 MiB chunk wait.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings of every endpoint that speaks the gateway protocol (compute
+/// hosts, relays, storage hosts): waiting completion, tokens for the many
+/// small acknowledgements, and [`SEND_TIMEOUT`], so that one hung peer of a
+/// relay or a storage host cannot hold up the others.
+pub fn endpoint_config() -> EndpointConfig {
+    EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 256,
+        send_timeout: Some(SEND_TIMEOUT),
+        ..EndpointConfig::default()
+    }
+}
 use twox_hash::XxHash3_64;
 
 fn to_pair(a: Addr) -> (u32, u32) {

@@ -107,8 +107,12 @@ pub fn run(mut ep: Endpoint, mut rails: Rails) -> Result<()> {
             Ok(Msg::Ping { seq }) => {
                 out.clear();
                 Msg::Pong { seq }.encode(&mut out);
-                let t = ep.target_via(r.from, Mode::Reliable, Transport::Tcp)?;
-                if let Err(e) = ep.write(t, &out) {
+                // Over the connection it came by; a peer gone since is no
+                // reason for the relay to stop.
+                let sent = ep
+                    .reply_target(&r, Mode::Reliable)
+                    .and_then(|t| ep.write(t, &out));
+                if let Err(e) = sent {
                     tracing::info!("relay: cannot answer {}: {e}", r.from);
                 }
                 continue;

@@ -88,6 +88,7 @@ pub struct Endpoint {
     /// Datagrams are in use: look at the UDP socket on every pass.
     udp_hot: bool,
     in_send: bool,
+    send_timeout: Option<Duration>,
 }
 
 impl Endpoint {
@@ -126,6 +127,7 @@ impl Endpoint {
             idle_spins: 0,
             udp_hot: false,
             in_send: false,
+            send_timeout: cfg.send_timeout,
             node,
         })
     }
@@ -436,7 +438,8 @@ impl Endpoint {
 
     /// Writes one frame whole, moving incoming traffic along while the
     /// transport is full so that two endpoints writing to each other cannot
-    /// stall.
+    /// stall. With a send timeout, a peer that takes nothing for that long
+    /// is given up.
     fn send_frame(
         &mut self,
         peer: Addr,
@@ -448,6 +451,7 @@ impl Endpoint {
         let hdr = h.encode();
         let total = HEADER_LEN + payload.len();
         let mut sent = 0;
+        let mut stalled: Option<Instant> = None;
         let was_in_send = std::mem::replace(&mut self.in_send, true);
         let result = loop {
             let conn = match self.conn_mut(peer, slot, gen) {
@@ -459,7 +463,11 @@ impl Endpoint {
                 IoSlice::new(&payload[sent.saturating_sub(HEADER_LEN)..]),
             ];
             match conn.stream.try_write(&bufs) {
-                Ok(n) => sent += n,
+                Ok(0) => {}
+                Ok(n) => {
+                    sent += n;
+                    stalled = None;
+                }
                 Err(e) => {
                     let reason = e.to_string();
                     self.lose(slot as usize, reason.clone());
@@ -468,6 +476,15 @@ impl Endpoint {
             }
             if sent == total {
                 break Ok(());
+            }
+            if let Some(limit) = self.send_timeout {
+                if stalled.get_or_insert_with(Instant::now).elapsed() >= limit {
+                    // Part of the frame may be out: the stream cannot go on.
+                    let reason = format!("took nothing for {limit:?}");
+                    tracing::info!(%peer, "giving up a write: the peer {reason}");
+                    self.lose(slot as usize, reason.clone());
+                    break Err(Error::PeerLost { peer, reason });
+                }
             }
             if let Err(e) = self.progress_all(None) {
                 break Err(e);
