@@ -18,19 +18,8 @@ fn wait_cfg() -> EndpointConfig {
     }
 }
 
-/// A raw TCP connection to endpoint 5 of `node` that passed the handshake.
-fn raw_conn(node: &Node, src: Addr) -> TcpStream {
-    let mut s = TcpStream::connect(node.tcp_addr().unwrap()).unwrap();
-    let mut h = Header::new(FrameKind::Hello);
-    h.src_node = src.node;
-    h.src_ep = src.ep;
-    h.dst_ep = 5;
-    s.write_all(&h.encode()).unwrap();
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
-    s
-}
+mod common;
+use common::raw_conn;
 
 /// A well-behaved second node and endpoint that keep talking to `rx`.
 fn check_still_serving(rx: &mut Endpoint, good: &mut Endpoint) {

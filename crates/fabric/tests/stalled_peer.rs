@@ -5,25 +5,13 @@
 use macrolink_fabric::{
     Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Recv, Transport,
 };
-use macrolink_wire::{FrameKind, Header, HEADER_LEN};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use macrolink_wire::{FrameKind, Header};
+use std::io::Write;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A raw TCP connection to endpoint 5 of `node` that passed the handshake.
-fn raw_conn(node: &Node, src: Addr) -> TcpStream {
-    let mut s = TcpStream::connect(node.tcp_addr().unwrap()).unwrap();
-    let mut h = Header::new(FrameKind::Hello);
-    h.src_node = src.node;
-    h.src_ep = src.ep;
-    h.dst_ep = 5;
-    s.write_all(&h.encode()).unwrap();
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
-    s
-}
+mod common;
+use common::{raw_conn, watchdog};
 
 /// The header of the one frame of a `len`-byte reliable message, the first
 /// on its connection.
@@ -50,11 +38,7 @@ fn read_one(rx: &mut Endpoint, buf: &mut [u8]) -> Recv {
 
 fn stalled_sender_does_not_hold_the_endpoint(completion: Completion) {
     // A read held by the stalled message would never return: fail, not hang.
-    thread::spawn(|| {
-        thread::sleep(Duration::from_secs(120));
-        eprintln!("stalled_peer: still waiting after 120 s; the endpoint is held");
-        std::process::abort();
-    });
+    watchdog(120, "a read behind a stalled message");
     let dir = tempfile::tempdir().unwrap();
     let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
     let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
@@ -130,11 +114,7 @@ fn a_stalled_sender_does_not_hold_a_polling_endpoint() {
 
 #[test]
 fn a_write_to_a_peer_that_takes_nothing_gives_up_after_the_send_timeout() {
-    thread::spawn(|| {
-        thread::sleep(Duration::from_secs(120));
-        eprintln!("stalled_peer: a write still blocked after 120 s");
-        std::process::abort();
-    });
+    watchdog(120, "a write to a peer that takes nothing");
     let dir = tempfile::tempdir().unwrap();
     let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
     let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();

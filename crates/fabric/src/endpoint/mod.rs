@@ -27,7 +27,7 @@ use crate::types::{
     Addr, Completion, EndpointConfig, Mode, Recv, RecvKind, Stats, Target, Timings, Transport,
 };
 use put::{PutTable, Regions};
-use rx::{Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
+use rx::{Body, Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use udp::Udp;
 
 /// A rail (see [`Endpoint::target_at`]) whose sent data stays unacknowledged
@@ -599,12 +599,6 @@ impl Endpoint {
                     have: buf.len(),
                 })
             }
-            Some(Ready::Held { data, .. }) if data.len() > buf.len() => {
-                return Err(Error::BufferTooSmall {
-                    needed: data.len(),
-                    have: buf.len(),
-                })
-            }
             Some(_) => {}
         }
         Ok(match self.core.ready.pop_front() {
@@ -613,33 +607,20 @@ impl Endpoint {
                 mode,
                 transport,
                 len,
-                chain,
+                body,
                 via,
             }) => {
-                self.core.pool.drain_into(chain, buf);
+                match body {
+                    Body::Staged(chain) => {
+                        self.core.pool.drain_into(chain, buf);
+                    }
+                    Body::Held(data) => buf[..len].copy_from_slice(&data),
+                }
                 self.core.stats.messages_in += 1;
                 self.core.stats.bytes_in += len as u64;
                 Some(Recv {
                     from,
                     len,
-                    kind: RecvKind::Message(mode),
-                    transport,
-                    via,
-                })
-            }
-            Some(Ready::Held {
-                from,
-                mode,
-                transport,
-                data,
-                via,
-            }) => {
-                buf[..data.len()].copy_from_slice(&data);
-                self.core.stats.messages_in += 1;
-                self.core.stats.bytes_in += data.len() as u64;
-                Some(Recv {
-                    from,
-                    len: data.len(),
                     kind: RecvKind::Message(mode),
                     transport,
                     via,

@@ -26,6 +26,16 @@ use crate::sys;
 use crate::transport::Stream;
 use crate::types::{Addr, Completion, Mode, RecvKind, RegionKey, Stats, Transport};
 
+/// Where a waiting message's bytes are.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// Tokens of the pool.
+    Staged(Chain),
+    /// A buffer of its own: the message stalled while placed in a reader's
+    /// buffer and was finished aside.
+    Held(Vec<u8>),
+}
+
 /// Something waiting for the application in arrival order.
 #[derive(Debug)]
 pub(crate) enum Ready {
@@ -34,16 +44,7 @@ pub(crate) enum Ready {
         mode: Mode,
         transport: Transport,
         len: usize,
-        chain: Chain,
-        via: Option<(u32, u32)>,
-    },
-    /// A message that stalled while placed in a reader's buffer and was
-    /// finished in a buffer of its own.
-    Held {
-        from: Addr,
-        mode: Mode,
-        transport: Transport,
-        data: Vec<u8>,
+        body: Body,
         via: Option<(u32, u32)>,
     },
     Placed {
@@ -180,15 +181,6 @@ pub(crate) const NAP: Duration = Duration::from_millis(200);
 /// segments of a flowing message.
 pub(crate) const HOLD: Duration = Duration::from_millis(20);
 
-/// What waiting for more of a direct message came to.
-enum Wait {
-    /// Bytes may have come: read on.
-    More,
-    /// The sender has stalled: hold the message aside.
-    Hold,
-    /// The connection failed.
-    Lost(String),
-}
 /// Idle polls between liveness checks of shared-memory peers.
 pub(crate) const SPINS_PER_CHECK: u32 = 1 << 12;
 
@@ -236,13 +228,9 @@ impl Conn {
                 }
                 Ok(None) if matches!(self.asm, Asm::Direct { .. }) => {
                     // Between fragments of a message the reader's buffer holds.
-                    match self.await_direct(core.completion) {
-                        Wait::More => continue,
-                        Wait::Hold => {
-                            self.hold(user.as_deref());
-                            return Step::Moved;
-                        }
-                        Wait::Lost(e) => return Step::Lost(e),
+                    match self.await_direct(core.completion, user.as_deref()) {
+                        None => continue,
+                        Some(step) => return step,
                     }
                 }
                 Ok(None) => return if moved { Step::Moved } else { Step::Idle },
@@ -392,13 +380,9 @@ impl Conn {
                         Ok(0) => {
                             // The rest of this message is on its way: wait for
                             // it here, the reader's buffer holds its head.
-                            match self.await_direct(core.completion) {
-                                Wait::More => continue,
-                                Wait::Hold => {
-                                    self.hold(user.as_deref());
-                                    return Step::Moved;
-                                }
-                                Wait::Lost(e) => return Step::Lost(e),
+                            match self.await_direct(core.completion, user.as_deref()) {
+                                None => continue,
+                                Some(step) => return step,
                             }
                         }
                         Ok(n) => {
@@ -483,37 +467,31 @@ impl Conn {
                 total,
                 got,
                 buf,
-            } if got == total => {
-                core.ready.push_back(Ready::Held {
-                    from: self.peer,
-                    mode,
-                    transport,
-                    data: buf,
-                    via: Some(self.id),
-                });
-                Step::Moved
-            }
+            } if got == total => self.ready(core, mode, total, Body::Held(buf)),
             Asm::Staged {
                 mode,
                 total,
                 got,
                 chain,
-            } if got == total => {
-                core.ready.push_back(Ready::Msg {
-                    from: self.peer,
-                    mode,
-                    transport,
-                    len: total as usize,
-                    chain,
-                    via: Some(self.id),
-                });
-                Step::Moved
-            }
+            } if got == total => self.ready(core, mode, total, Body::Staged(chain)),
             partial => {
                 self.asm = partial;
                 Step::Moved
             }
         }
+    }
+
+    /// Queues a whole message for the application.
+    fn ready(&self, core: &mut Core, mode: Mode, len: u64, body: Body) -> Step {
+        core.ready.push_back(Ready::Msg {
+            from: self.peer,
+            mode,
+            transport: self.stream.transport(),
+            len: len as usize,
+            body,
+            via: Some(self.id),
+        });
+        Step::Moved
     }
 
     fn region_info(&mut self, core: &mut Core, h: Header) -> Step {
@@ -545,12 +523,15 @@ impl Conn {
     }
 
     /// Sleeps or spins until more bytes of the direct message may have
-    /// arrived, or says to hold it aside once it has waited [`HOLD`].
-    fn await_direct(&mut self, completion: Completion) -> Wait {
+    /// arrived (`None`: read on); once it has waited [`HOLD`], moves it out
+    /// of the reader's buffer `user` (see [`hold`](Self::hold)). Otherwise
+    /// the step to return.
+    fn await_direct(&mut self, completion: Completion, user: Option<&[u8]>) -> Option<Step> {
         let now = Instant::now();
         let since = *self.stalled.get_or_insert(now);
         let Some(left) = HOLD.checked_sub(now - since).filter(|d| !d.is_zero()) else {
-            return Wait::Hold;
+            self.hold(user);
+            return Some(Step::Moved);
         };
         match completion {
             Completion::Poll => {
@@ -564,14 +545,14 @@ impl Conn {
                     let r = sys::wait_fd(self.stream.raw_fd(), sys::Interest::Read, left);
                     self.stream.disarm();
                     if let Err(e) = r {
-                        return Wait::Lost(e.to_string());
+                        return Some(Step::Lost(e.to_string()));
                     }
                 } else {
                     self.stream.disarm();
                 }
             }
         }
-        Wait::More
+        None
     }
 
     /// Moves a stalled direct message out of the reader's buffer `user`

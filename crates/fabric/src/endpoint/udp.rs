@@ -6,7 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::rx::{Core, Ready, Step};
+use super::rx::{Body, Core, Ready, Step};
 use crate::error::Result;
 use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
 
@@ -129,7 +129,7 @@ impl Udp {
                     mode: Mode::Datagram,
                     transport: Transport::Udp,
                     len: data.len(),
-                    chain,
+                    body: Body::Staged(chain),
                     via: None,
                 }),
                 None => core.stats.dropped_datagrams += 1,
