@@ -1,4 +1,9 @@
-//! Messaging benchmarks: the shapes of the source papers' tables.
+//! Benchmarks: the shapes of the source papers' tables, measured here, and
+//! beside each figure the established tool that does the same job, run in
+//! the same command.
+//!
+//! Messaging (`bench bw`, `lat`, `oneway`, `breakdown`): an initiator and a
+//! target process, each measuring its own CPU time.
 //!
 //! ```text
 //!  initiator (client.rs)                     target (server.rs)
@@ -10,16 +15,30 @@
 //!
 //! Each side measures its own process CPU time over the run, so a polling
 //! side shows about 100% as in the papers' tables, and a waiting side shows
-//! what it really burnt. Results are plain data ([`report`]) that the CLI
-//! prints as tables, JSON, CSV and plots.
+//! what it really burnt. Results are plain data ([`report`]) printed as
+//! tables, JSON, CSV and plots.
+//!
+//! Beside the peers ([`peers`]: one module per established tool):
+//! [`compare`] puts messaging figures beside ucx_perftest, iperf3 and
+//! sockperf; [`gateways`] runs PaScal's lanes in network namespaces beside
+//! the kernel's multipath routes (iperf3); [`files`] puts `macrolink cp`
+//! beside xrdcp and cp.
 
 pub mod client;
 pub mod clock;
+pub mod compare;
+pub mod demo;
+pub mod files;
+pub mod gateways;
+pub mod peers;
 pub mod plot;
+pub mod progress;
 pub mod proto;
 pub mod report;
 pub mod server;
+pub mod session;
 pub mod stats;
+pub mod sweep;
 
 /// The papers' message sizes (bytes), 10 B to 4 MB.
 pub const PAPER_SIZES: [usize; 15] = [

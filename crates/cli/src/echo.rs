@@ -3,9 +3,9 @@
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_fabric::{EndpointConfig, Error, Mode, Node, RecvKind};
-use std::io::Write;
+use macrolink_testbed::ready::Line;
 
-use crate::node_args::{parse_ids, CompletionArg, NodeArgs};
+use crate::args::{parse_ids, ChildArgs, CompletionArg, Ids, NodeArgs};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -13,47 +13,43 @@ pub struct Args {
     node: NodeArgs,
     /// Endpoint ids to open: `5` or a range `1-64`.
     #[arg(long, default_value = "1", value_parser = parse_ids)]
-    eps: crate::node_args::Ids,
+    eps: Ids,
     /// Bytes of the region each endpoint registers for puts (0: none).
     #[arg(long, default_value_t = 4 << 20)]
     region: usize,
     /// How endpoints wait for traffic.
     #[arg(long, value_enum, default_value_t = CompletionArg::Wait)]
     completion: CompletionArg,
-    /// Exit when the parent process exits.
-    #[arg(long)]
-    exit_with_parent: bool,
+    #[command(flatten)]
+    child: ChildArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.exit_with_parent {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    }
+    args.child.apply();
     let node = Node::start(args.node.config()).context("starting the node")?;
     let cfg = EndpointConfig {
         completion: args.completion.into(),
         ..EndpointConfig::default()
     };
     let mut workers = Vec::new();
-    let mut out = std::io::stdout().lock();
     for &id in &args.eps.0 {
         let mut ep = node
             .open(id, cfg)
             .with_context(|| format!("opening endpoint {id}"))?;
         let key = if args.region > 0 {
             let k = ep.register(args.region)?;
-            writeln!(out, "region ep={id} key={:#x} bytes={}", k.0, args.region)?;
+            Line::region()
+                .with("ep", id)
+                .with("key", format!("{:#x}", k.0))
+                .with("bytes", args.region)
+                .print()?;
             Some(k)
         } else {
             None
         };
         workers.push(std::thread::spawn(move || serve(ep, key)));
     }
-    let tcp = node.tcp_addr().map(|a| a.to_string()).unwrap_or_default();
-    writeln!(out, "ready node={} tcp={tcp}", node.id())?;
-    out.flush()?;
-    drop(out);
+    Line::node(node.id(), node.tcp_addr()).print()?;
     for w in workers {
         let _ = w.join();
     }

@@ -8,12 +8,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use macrolink_files::auth::Secret;
 use macrolink_files::copy::{Copier, CopyOptions, Location, DEFAULT_PORT};
 use macrolink_files::proto::{Kind, Meta};
-use macrolink_files::{exit, Client, ClientOptions, Error, Limits, ServeConfig, Server};
+use macrolink_files::setup::load_secret;
+use macrolink_files::{exit, Client, ClientSetup, Error, Limits, ServeConfig, Server};
+use macrolink_testbed::ready::Line;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use crate::args::parse_size;
 
 /// Where the shared secret comes from.
 #[derive(Debug, Clone, ClapArgs)]
@@ -27,16 +31,7 @@ pub struct SecretArgs {
 impl SecretArgs {
     /// The secret, from the file or the environment.
     pub fn load(&self) -> Result<Secret, Error> {
-        let bytes = match (&self.secret_file, std::env::var_os("MACROLINK_SECRET")) {
-            (Some(p), _) => std::fs::read(p).map_err(|e| Error::local(p.display(), e))?,
-            (None, Some(s)) => s.into_encoded_bytes(),
-            (None, None) => {
-                return Err(Error::Usage(
-                    "no secret: give --secret-file FILE or set MACROLINK_SECRET".into(),
-                ))
-            }
-        };
-        Secret::new(&bytes).map_err(|e| Error::Usage(e.to_string()))
+        load_secret(self.secret_file.as_deref())
     }
 }
 
@@ -99,15 +94,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         start_sink(&server)?;
     }
     let addr = server.local_addr()?;
-    let fabric = match (a.node, server.node().tcp_addr()) {
-        (Some(_), Some(f)) => format!(" fabric={f}"),
-        _ => String::new(),
-    };
-    println!(
-        "ready tcp={addr} url=ml://{addr}/ root={}{}{fabric}",
-        a.root.display(),
-        if a.read_only { " read-only" } else { "" }
-    );
+    Line::ready()
+        .with("tcp", addr)
+        .with("url", format!("ml://{addr}/"))
+        .with("root", a.root.display())
+        .flag("read-only", a.read_only)
+        .with_some("fabric", a.node.and(server.node().tcp_addr()))
+        .print()?;
     server.run()?;
     Ok(())
 }
@@ -115,7 +108,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
 /// Receives striped transfers on endpoint 1 of the server's node, on a
 /// thread of its own.
 pub fn start_sink(server: &Server) -> anyhow::Result<()> {
-    let ep = server.node().open(1, crate::roles::endpoint_config())?;
+    let ep = server.node().open(1, macrolink_gwnet::endpoint_config())?;
     std::thread::spawn(move || {
         if let Err(e) = macrolink_gwnet::sink::run(ep, None) {
             tracing::error!("sink: {e}");
@@ -143,51 +136,18 @@ pub struct ClientArgs {
 
 impl ClientArgs {
     /// The client settings these arguments make.
-    pub fn options(&self) -> Result<ClientOptions, Error> {
-        let mut opts = ClientOptions {
-            shm_dir: self
-                .shm_dir
-                .clone()
-                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+    pub fn setup(&self) -> ClientSetup {
+        ClientSetup {
+            secret_file: self.secret.secret_file.clone(),
             no_shm: self.no_shm,
-            ..ClientOptions::default()
-        };
-        if let Some(p) = &self.cluster {
-            let c = crate::cluster::Cluster::load(p).map_err(|e| Error::Usage(format!("{e:#}")))?;
-            c.file_routes(&mut opts);
+            shm_dir: self.shm_dir.clone(),
+            cluster: self.cluster.clone(),
         }
-        Ok(opts)
-    }
-
-    /// The same arguments on another command line.
-    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
-        let mut out = Vec::new();
-        if let Some(p) = &self.secret.secret_file {
-            out.push("--secret-file".into());
-            out.push(p.into());
-        }
-        if self.no_shm {
-            out.push("--no-shm".into());
-        }
-        if let Some(p) = &self.shm_dir {
-            out.push("--shm-dir".into());
-            out.push(p.into());
-        }
-        if let Some(p) = &self.cluster {
-            out.push("--cluster".into());
-            out.push(p.into());
-        }
-        out
     }
 }
 
-fn parse_size(s: &str) -> Result<u32, String> {
-    let n = parse_size::parse_size(s).map_err(|e| e.to_string())?;
-    u32::try_from(n).map_err(|_| format!("{s}: too large"))
-}
-
-fn parse_rate(s: &str) -> Result<u64, String> {
-    parse_size::parse_size(s).map_err(|e| e.to_string())
+fn parse_chunk(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("{s}: too large"))
 }
 
 /// `macrolink cp`.
@@ -205,7 +165,7 @@ pub struct CpArgs {
     #[arg(long, default_value_t = 2)]
     streams: u32,
     /// Chunk size (e.g. 1MiB).
-    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "1MiB", value_parser = parse_chunk)]
     chunk: u32,
     /// Chunks in flight per stream. Few keep each stream's receiving region
     /// in the processor's cache when both ends share a host; raise it for a
@@ -223,7 +183,7 @@ pub struct CpArgs {
     #[arg(long)]
     no_verify: bool,
     /// Move at most this many bytes per second (e.g. 100MB).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = parse_size)]
     limit_rate: Option<u64>,
     /// No progress bar, no summary.
     #[arg(short, long)]
@@ -267,7 +227,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         recursive: a.recursive,
         limit_rate: a.limit_rate,
         verify: !a.no_verify,
-        client: a.client.options()?,
+        client: a.client.setup().options()?,
     };
     let mut copier = Copier::new(a.client.secret.load()?, opts);
     let progress = copier.progress.clone();
@@ -336,10 +296,7 @@ pub struct PathArgs {
 
 fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
     match a.url.parse()? {
-        Location::Remote { server, path } => {
-            let c = Client::connect(&server, &a.client.secret.load()?, &a.client.options()?)?;
-            Ok((c, path))
-        }
+        Location::Remote { server, path } => Ok((a.client.setup().connect(&server)?, path)),
         Location::Local(_) => Err(Error::Usage(format!("{}: not an ml:// URL", a.url))),
         Location::Striped { .. } => Err(Error::Usage(format!(
             "{}: names several servers; name one",

@@ -1,6 +1,13 @@
 //! `macrolink`: the command line.
 
-use macrolink::{bench, demo, echo, files, iobench, roles, up};
+mod args;
+mod bench;
+mod demo;
+mod echo;
+mod files;
+mod iobench;
+mod roles;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -49,7 +56,7 @@ enum Command {
     Iobench(iobench::Args),
     /// One iobench worker (started by iobench).
     #[command(hide = true)]
-    IobenchWorker(iobench::worker::Args),
+    IobenchWorker,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,7 +71,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(a) => files::serve(a),
         Command::Iobench(a) => iobench::run(a),
-        Command::IobenchWorker(a) => iobench::worker::run(a),
+        Command::IobenchWorker => iobench::worker(),
         Command::Cp(a) => client(files::cp(a)),
         Command::Ls(a) => client(files::ls(a)),
         Command::Stat(a) => client(files::stat(a)),
@@ -75,7 +82,13 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::Gateway(a) => roles::gateway(a),
-        Command::Sink(a) => roles::sink(a),
+        Command::Gateway(a) => {
+            a.child.apply();
+            roles::gateway(a.node.config(), &a.node.peers, a.ep)
+        }
+        Command::Sink(a) => {
+            a.child.apply();
+            roles::sink(a.node.config(), a.ep)
+        }
     }
 }

@@ -3,10 +3,11 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_fabric::{EndpointConfig, Node};
-use std::io::Write;
+use macrolink_fabric::{Endpoint, Node, NodeConfig};
+use macrolink_testbed::ready::Line;
+use std::net::SocketAddr;
 
-use crate::node_args::NodeArgs;
+use crate::args::{ChildArgs, NodeArgs};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -15,45 +16,29 @@ pub struct Args {
     /// Endpoint id to serve on.
     #[arg(long, default_value_t = 1)]
     pub ep: u32,
-    /// Exit when the parent process exits.
-    #[arg(long)]
-    pub exit_with_parent: bool,
+    #[command(flatten)]
+    pub child: ChildArgs,
 }
 
-fn start(args: &Args) -> anyhow::Result<(Node, macrolink_fabric::Endpoint)> {
-    if args.exit_with_parent {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    }
-    let node = Node::start(args.node.config()).context("starting the node")?;
-    let ep = node.open(args.ep, endpoint_config())?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "ready node={} tcp={}",
-        node.id(),
-        node.tcp_addr().map(|a| a.to_string()).unwrap_or_default()
-    )?;
-    out.flush()?;
+/// Starts the node and the endpoint of a gateway-protocol role, and says so.
+fn start(cfg: NodeConfig, ep: u32) -> anyhow::Result<(Node, Endpoint)> {
+    let node = Node::start(cfg).context("starting the node")?;
+    let ep = node.open(ep, macrolink_gwnet::endpoint_config())?;
+    Line::node(node.id(), node.tcp_addr()).print()?;
     Ok((node, ep))
 }
 
-/// Settings of a gateway's or storage host's endpoint.
-pub fn endpoint_config() -> EndpointConfig {
-    macrolink_gwnet::endpoint_config()
-}
-
-/// Relays between compute and storage hosts.
-pub fn gateway(args: Args) -> anyhow::Result<()> {
-    let rails = macrolink_gwnet::relay::Rails::new(&args.node.peers);
-    let (_node, ep) = start(&args)?;
-    macrolink_gwnet::relay::run(ep, rails)?;
+/// Relays between compute and storage hosts, forwarding to the storage
+/// hosts `storage` names (several addresses of one host are its rails).
+pub fn gateway(cfg: NodeConfig, storage: &[(u32, SocketAddr)], ep: u32) -> anyhow::Result<()> {
+    let (_node, ep) = start(cfg, ep)?;
+    macrolink_gwnet::relay::run(ep, storage)?;
     Ok(())
 }
 
 /// Receives striped transfers and checks them.
-pub fn sink(args: Args) -> anyhow::Result<()> {
-    let (_node, ep) = start(&args)?;
+pub fn sink(cfg: NodeConfig, ep: u32) -> anyhow::Result<()> {
+    let (_node, ep) = start(cfg, ep)?;
     macrolink_gwnet::sink::run(ep, None)?;
     Ok(())
 }

@@ -3,12 +3,15 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
+use macrolink_cluster::{Cluster, Host, Role};
 use macrolink_fabric::{Addr, Node, NodeConfig};
-use macrolink_gwnet::client::send;
+use macrolink_files::copy::{Copier, CopyOptions, Location};
+use macrolink_files::setup::{load_secret, SECRET_FILE_VAR, SECRET_VAR};
+use macrolink_files::{ClientOptions, Limits, ServeConfig, Server};
+use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_testbed::ready::Line;
+use macrolink_testbed::Peer;
 use std::path::{Path, PathBuf};
-
-use crate::cluster::{Cluster, Host, Role, DEFAULT};
-use crate::peer::Peer;
 
 #[derive(Debug, ClapArgs)]
 pub struct UpArgs {
@@ -34,82 +37,63 @@ pub struct NodeArgs {
     mib: usize,
 }
 
-/// The command line that runs a gateway or storage host of the cluster.
-fn role_args(c: &Cluster, h: &Host) -> Vec<String> {
-    let mut args = vec![
-        "--tcp".to_string(),
-        h.listen().map(|a| a.to_string()).unwrap_or_default(),
-    ];
-    if h.role == Role::Gateway {
-        for lane in c.lanes.iter().filter(|l| l.gateways.contains(&h.name)) {
-            for s in lane.storage.iter().filter_map(|s| c.host(s)) {
-                if let Some(a) = s.listen() {
-                    args.push("--peer".into());
-                    args.push(format!("{}={a}", s.node));
-                }
-            }
-        }
-    }
-    args
+fn load(path: &Path) -> anyhow::Result<Cluster> {
+    Cluster::load(path).with_context(|| format!("in {}", path.display()))
+}
+
+/// The fabric node of host `h`, knowing the TCP addresses of `peers`.
+fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) -> NodeConfig {
+    let mut cfg = NodeConfig::local(h.node, shm);
+    cfg.tcp = h.listen();
+    cfg.peers = peers.iter().copied().collect();
+    cfg
+}
+
+/// A row of the check table.
+fn row(h: &Host, s: &Host, bytes: u64, secs: f64, ok: bool, through: &str) {
+    println!(
+        "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {through}",
+        h.name,
+        s.name,
+        bytes,
+        bytes as f64 / secs / 1e6,
+        if ok { "yes" } else { "NO" },
+    );
 }
 
 /// One check transfer per storage host from compute host `h`; prints a row each.
 fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> {
-    let mut cfg = NodeConfig::local(h.node, shm);
-    cfg.tcp = h.listen();
-    for g in c.hosts.iter().filter(|g| g.role == Role::Gateway) {
-        if let Some(a) = g.listen() {
-            cfg.peers.insert(g.node, a);
-        }
-    }
-    let node = Node::start(cfg).context("starting the compute node")?;
-    let mut ep = node.open(1, macrolink_gwnet::endpoint_config())?;
-    let payload: Vec<u8> = (0..mib << 20)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2])
+    let gateways: Vec<_> = c
+        .with_role(Role::Gateway)
+        .filter_map(|g| Some((g.node, g.listen()?)))
         .collect();
+    let node = Node::start(node_config(h, shm, &gateways)).context("starting the compute node")?;
+    let mut ep = node.open(1, macrolink_gwnet::endpoint_config())?;
+    let payload = macrolink_testbed::data::pattern(mib << 20, u64::from(h.node));
     let mut all_ok = true;
-    for (t, s) in c
-        .hosts
-        .iter()
-        .filter(|s| s.role == Role::Storage)
-        .enumerate()
-    {
+    for (t, s) in c.with_role(Role::Storage).enumerate() {
         let Some(lane) = c.lane_of(&s.name) else {
             println!("{:<10} {:<10} no lane serves it", h.name, s.name);
             all_ok = false;
             continue;
         };
-        let gws: Vec<Addr> = lane
-            .gateways
-            .iter()
-            .filter_map(|g| c.host(g))
-            .map(|g| Addr::new(g.node, 1))
-            .collect();
+        let gws: Vec<Addr> = c.gateways_of(lane).map(|g| Addr::new(g.node, 1)).collect();
+        let cfg = SendConfig::from_cluster(c);
+        let to = Addr::new(s.node, 1);
         let r = send(
             &mut ep,
             &gws,
-            Addr::new(s.node, 1),
+            to,
             t as u64 + 1,
             &payload,
-            c.send_config(),
+            cfg,
             &mut |_, _| {},
         )?;
         all_ok &= r.verified;
-        println!(
-            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {}",
-            h.name,
-            s.name,
-            r.bytes,
-            r.bytes as f64 / r.secs / 1e6,
-            if r.verified { "yes" } else { "NO" },
-            lane.gateways.join(",")
-        );
+        row(h, s, r.bytes, r.secs, r.verified, &lane.gateways.join(","));
     }
     Ok(all_ok)
 }
-
-/// Environment variable that carries the file service's secret to hosts.
-const SECRET_VAR: &str = "MACROLINK_SECRET";
 
 /// Starts storage host `h` as one process: its file service, exporting
 /// `export`, on the host's fabric node, which also receives striped
@@ -119,13 +103,8 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
     let fabric = h.listen().context("no storage address")?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["serve", "--listen", &listen.to_string()])
-        .args([
-            "--node",
-            &h.node.to_string(),
-            "--fabric",
-            &fabric.to_string(),
-        ])
-        .arg("--sink")
+        .args(["--node", &h.node.to_string()])
+        .args(["--fabric", &fabric.to_string(), "--sink"])
         .arg(export)
         .arg("--shm-dir")
         .arg(shm);
@@ -135,50 +114,46 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
 /// Copies `mib` MiB to each storage host's file service and back, compared
 /// byte for byte; prints a row each.
 fn check_files(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> {
-    use macrolink_files::auth::Secret;
-    use macrolink_files::copy::{Copier, CopyOptions, Location};
-    let secret = std::env::var(SECRET_VAR).context("the file service needs MACROLINK_SECRET")?;
+    let secret = load_secret(None).context("the file service needs a secret")?;
     let scratch = tempfile::tempdir()?;
     let src = scratch.path().join("check");
-    let data: Vec<u8> = (0..mib << 20).map(|i| (i as u32 >> 3) as u8).collect();
+    let data = macrolink_testbed::data::pattern(mib << 20, u64::from(h.node) + 1);
     std::fs::write(&src, &data)?;
     let mut ok = true;
     for s in c.hosts.iter().filter(|s| s.files.is_some()) {
-        let addr = s.files.context("files address")?;
-        let mut client = macrolink_files::ClientOptions {
+        let addr = s.files.context("files address")?.to_string();
+        let mut client = ClientOptions {
             shm_dir: shm.to_path_buf(),
             ..Default::default()
         };
-        c.file_routes(&mut client);
-        let through = match c.lane_of(&s.name) {
-            Some(l) => l.gateways.join(","),
-            None => "direct".to_string(),
-        };
+        macrolink_files::lane::add_routes(c, &mut client);
+        let through = c
+            .lane_of(&s.name)
+            .map_or("direct".to_string(), |l| l.gateways.join(","));
         let opts = CopyOptions {
             client,
             ..CopyOptions::default()
         };
-        let mut copier = Copier::new(Secret::new(secret.as_bytes())?, opts);
+        let mut copier = Copier::new(secret.clone(), opts);
+        let name = format!("check-{}", h.name);
         let remote = Location::Remote {
-            server: addr.to_string(),
-            path: format!("check-{}", h.name),
+            server: addr.clone(),
+            path: name.clone(),
         };
         let back = scratch.path().join("back");
         let up = copier.copy(&Location::Local(src.clone()), &remote)?;
         let down = copier.copy(&remote, &Location::Local(back.clone()))?;
         let same = std::fs::read(&back)? == data;
         ok &= same;
-        copier
-            .client(&addr.to_string())?
-            .remove(&format!("check-{}", h.name), false)?;
+        copier.client(&addr)?.remove(&name, false)?;
         for (what, r) in [("up", &up), ("down", &down)] {
-            println!(
-                "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {through} (cp {what})",
-                h.name,
-                s.name,
+            row(
+                h,
+                s,
                 r.bytes,
-                r.bytes as f64 / r.secs / 1e6,
-                if same { "yes" } else { "NO" },
+                r.secs,
+                same,
+                &format!("{through} (cp {what})"),
             );
         }
     }
@@ -192,16 +167,34 @@ fn header() {
     );
 }
 
+/// The command line that starts gateway or storage host `h` of `c` here.
+fn role_args(c: &Cluster, h: &Host) -> Vec<String> {
+    let mut args = vec![
+        if h.role == Role::Gateway {
+            "gateway"
+        } else {
+            "sink"
+        }
+        .to_string(),
+        "--tcp".into(),
+        h.listen().map(|a| a.to_string()).unwrap_or_default(),
+    ];
+    for (node, addr) in c.storage_peers(h) {
+        args.push("--peer".into());
+        args.push(format!("{node}={addr}"));
+    }
+    args
+}
+
 /// Starts every host of the cluster here and checks each path.
 pub fn up(a: UpArgs) -> anyhow::Result<()> {
     let cluster = match &a.cluster {
-        Some(p) => Cluster::load(p)?,
-        None => Cluster::parse(DEFAULT)?,
+        Some(p) => load(p)?,
+        None => Cluster::embedded(),
     };
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
-    if std::env::var_os(SECRET_VAR).is_none() && std::env::var_os("MACROLINK_SECRET_FILE").is_none()
-    {
+    if std::env::var_os(SECRET_VAR).is_none() && std::env::var_os(SECRET_FILE_VAR).is_none() {
         // Every host here is a child of this process: a fresh secret each run.
         let mut b = [0u8; 24];
         getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -211,43 +204,40 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
-        if h.files.is_none() {
-            let role = if h.role == Role::Gateway {
-                "gateway"
-            } else {
-                "sink"
-            };
-            let extra = role_args(&cluster, h);
-            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-            let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)
-                .with_context(|| format!("starting {}", h.name))?;
-            eprintln!("{} ({:?}, node {}) up at {}", h.name, h.role, h.node, p.tcp);
-            hosts.push(p);
-        } else {
-            let export = match &h.export {
-                Some(e) => e.clone(),
-                None => {
-                    let e = dir.path().join(format!("export-{}", h.name));
-                    std::fs::create_dir_all(&e)?;
-                    e
-                }
-            };
-            let p = spawn_files(&exe, h, &export, dir.path())?;
-            eprintln!(
-                "{} ({:?}, node {}) up at {}; file service at ml://{}/ exporting {}",
-                h.name,
-                h.role,
-                h.node,
-                h.listen().map(|a| a.to_string()).unwrap_or_default(),
-                p.tcp,
-                export.display()
-            );
-            hosts.push(p);
-        }
+        let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
+        let p = match h.files {
+            None => {
+                let args = role_args(&cluster, h);
+                let (role, extra) = args.split_first().context("role")?;
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)
+                    .with_context(|| format!("starting {}", h.name))?;
+                eprintln!("{} ({:?}, node {}) up at {at}", h.name, h.role, h.node);
+                p
+            }
+            Some(_) => {
+                let export = match &h.export {
+                    Some(e) => e.clone(),
+                    None => dir.path().join(format!("export-{}", h.name)),
+                };
+                std::fs::create_dir_all(&export)?;
+                let p = spawn_files(&exe, h, &export, dir.path())?;
+                eprintln!(
+                    "{} ({:?}, node {}) up at {at}; file service at ml://{}/ exporting {}",
+                    h.name,
+                    h.role,
+                    h.node,
+                    p.tcp,
+                    export.display()
+                );
+                p
+            }
+        };
+        hosts.push(p);
     }
     header();
     let mut ok = true;
-    for h in cluster.hosts.iter().filter(|h| h.role == Role::Compute) {
+    for h in cluster.with_role(Role::Compute) {
         ok &= check(&cluster, h, dir.path(), a.mib)?;
         ok &= check_files(&cluster, h, dir.path(), a.mib)?;
     }
@@ -266,51 +256,42 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
 /// is the host's, and also receives striped transfers. Never returns but
 /// with an error.
 fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
-    use macrolink_files::{Limits, ServeConfig, Server};
     let export = h
         .export
         .clone()
         .with_context(|| format!("host {:?} has `files` but no `export`", h.name))?;
-    let secret = crate::files::SecretArgs {
-        secret_file: std::env::var_os("MACROLINK_SECRET_FILE").map(PathBuf::from),
-    }
-    .load()?;
     let server = Server::bind(ServeConfig {
         root: export.clone(),
         listen: h.files.context("files address")?,
-        secret,
+        secret: load_secret(None)?,
         read_only: false,
         limits: Limits::default(),
         shm_dir: shm.to_path_buf(),
         fabric: Some((h.node, h.listen().context("no storage address")?)),
     })?;
     crate::files::start_sink(&server)?;
+    let files = server.local_addr()?;
     eprintln!(
-        "{}: file service at ml://{}/ exporting {}",
+        "{}: file service at ml://{files}/ exporting {}",
         h.name,
-        server.local_addr()?,
         export.display()
     );
-    println!(
-        "ready node={} tcp={} files={}",
-        h.node,
-        server
-            .node()
-            .tcp_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
-        server.local_addr()?
-    );
-    std::io::Write::flush(&mut std::io::stdout())?;
+    let tcp = server.node().tcp_addr().map(|a| a.to_string());
+    Line::ready()
+        .with("node", h.node)
+        .with("tcp", tcp.unwrap_or_default())
+        .with("files", files)
+        .print()?;
     server.run()?;
     Ok(())
 }
 
 /// Runs this process's host of the cluster.
 pub fn node(a: NodeArgs) -> anyhow::Result<()> {
-    let cluster = Cluster::load(&a.cluster)?;
+    let cluster = load(&a.cluster)?;
     let h = cluster.me(a.host.as_deref())?.clone();
     let shm = macrolink_fabric::default_shm_dir();
+    let storage = cluster.storage_peers(&h);
     match h.role {
         Role::Compute => {
             header();
@@ -321,29 +302,8 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
             anyhow::ensure!(ok, "some checks failed");
             Ok(())
         }
-        role => {
-            let extra = role_args(&cluster, &h);
-            let mut argv = vec!["macrolink".to_string(), "--node".into(), h.node.to_string()];
-            argv.extend(extra);
-            let node_args = <crate::node_args::NodeArgs as clap::FromArgMatches>::from_arg_matches(
-                &<crate::node_args::NodeArgs as clap::Args>::augment_args(clap::Command::new(
-                    "macrolink",
-                ))
-                .try_get_matches_from(argv)?,
-            )?;
-            if role == Role::Storage && h.files.is_some() {
-                return run_file_service(&h, &shm);
-            }
-            let args = crate::roles::Args {
-                node: node_args,
-                ep: 1,
-                exit_with_parent: false,
-            };
-            if role == Role::Gateway {
-                crate::roles::gateway(args)
-            } else {
-                crate::roles::sink(args)
-            }
-        }
+        Role::Storage if h.files.is_some() => run_file_service(&h, &shm),
+        Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1),
+        Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1),
     }
 }

@@ -1,7 +1,7 @@
 //! `macrolink up` on the embedded cluster, and `macrolink node` running one
 //! host each from a cluster file, found by name or by the launcher's rank.
 
-use macrolink::peer::Peer;
+use macrolink_testbed::Peer;
 use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");

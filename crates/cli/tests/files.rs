@@ -1,7 +1,9 @@
 //! `macrolink serve` and `macrolink cp` as processes: interrupted copies,
 //! killed servers and clients, exit codes.
 
-use macrolink::peer::Peer;
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::require;
+use macrolink_testbed::Peer;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -49,18 +51,6 @@ impl Site {
 
 fn url(p: &Peer, path: &str) -> String {
     format!("ml://{}/{path}", p.tcp)
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn partial(p: &Path) -> PathBuf {
@@ -233,7 +223,6 @@ impl SmallDisk {
     /// None (with the reason printed) where mounting is not allowed here;
     /// with MACROLINK_REQUIRE_ROOT=1 (CI) that is a failure instead.
     fn mount(at: PathBuf) -> Option<SmallDisk> {
-        let required = std::env::var("MACROLINK_REQUIRE_ROOT").is_ok_and(|v| v == "1");
         std::fs::create_dir_all(&at).unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
@@ -241,9 +230,7 @@ impl SmallDisk {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            assert!(!required, "mounting a small tmpfs is required but failed");
-            eprintln!("full-disk test not run here: cannot mount a tmpfs");
-            return None;
+            return require::root_failed("full-disk test", "cannot mount a tmpfs");
         }
         Some(SmallDisk { path: at })
     }

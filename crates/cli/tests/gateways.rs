@@ -2,11 +2,11 @@
 //! SIGKILL mid-transfer: the transfer completes with every byte in place and
 //! the storage host's hash check passes.
 
-use macrolink::gwbench::payload;
-use macrolink::peer::Peer;
 use macrolink_fabric::{Addr, Endpoint, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::Peer;
 use std::path::Path;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
@@ -72,7 +72,7 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
     let lane = lane(2);
     let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let bytes = payload(24 << 20);
+    let bytes = pattern(24 << 20, 0);
     let r = send(
         &mut ep,
         &gws,
@@ -106,7 +106,7 @@ fn killing_a_gateway_mid_transfer_loses_nothing() {
     let mut lane = lane(2);
     let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let bytes = payload(48 << 20);
+    let bytes = pattern(48 << 20, 0);
     let mut victim = Some(lane.gateways.remove(0));
     let r = send(
         &mut ep,
@@ -136,7 +136,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
     let mut lane = lane(2);
     let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let bytes = payload(8 << 20);
+    let bytes = pattern(8 << 20, 0);
     let pinned = SendConfig {
         pinned: true,
         ..cfg()
@@ -176,7 +176,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
     .unwrap();
     let on = (0..2).find(|&g| first.per_gateway[g] > 0).unwrap();
     let mut victim = Some(lane.gateways.remove(on));
-    let big = payload(32 << 20);
+    let big = pattern(32 << 20, 0);
     let r = send(
         &mut ep,
         &gws,
@@ -202,7 +202,7 @@ fn a_gateway_that_comes_back_is_taken_into_use_again() {
     let mut lane = lane(2);
     let mut ep = lane.endpoint();
     let gws = [Addr::new(21, 1), Addr::new(22, 1)];
-    let bytes = payload(128 << 20);
+    let bytes = pattern(128 << 20, 0);
     let mut first = Some(lane.gateways.remove(0));
     let addr = first.as_ref().unwrap().tcp.to_string();
     let sink = format!("10={}", lane.sink.tcp);
@@ -291,7 +291,7 @@ fn a_compute_host_that_hangs_does_not_hold_up_the_gateway() {
     let hung = hung_client(lane.gateways[0].tcp, 400_000);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let mut ep = lane.endpoint();
-    let bytes = payload(16 << 20);
+    let bytes = pattern(16 << 20, 0);
     let patient = SendConfig {
         patience: 60_000_000_000,
         ..cfg()

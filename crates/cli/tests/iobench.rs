@@ -1,7 +1,7 @@
 //! `macrolink iobench` on a directory and on an ml:// export: tiny runs
 //! whose numbers must add up.
 
-use macrolink::peer::Peer;
+use macrolink_testbed::Peer;
 use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");

@@ -3,7 +3,8 @@
 //! chunks striped over both, in both directions, and a gateway killed
 //! mid-copy loses nothing.
 
-use macrolink::peer::Peer;
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::Peer;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -105,18 +106,6 @@ storage = ["store0"]
     fn run(&self, args: &[&str]) -> Output {
         self.cp(args).output().unwrap()
     }
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn stderr(o: &Output) -> String {

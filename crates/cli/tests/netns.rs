@@ -1,4 +1,4 @@
-//! The gateway testbed in network namespaces (`macrolink::testbed`): a
+//! The gateway testbed in network namespaces (`macrolink_testbed::netns`): a
 //! compute host, two gateway hosts and a storage host, each in its own
 //! namespace, storage-side links shaped to 1 Gbit/s with tbf. One gateway is
 //! killed mid-transfer; the transfer completes and the storage host's hash
@@ -7,16 +7,17 @@
 //! Needs root and iproute2. Where they are missing the test says so and does
 //! nothing, unless MACROLINK_REQUIRE_NETNS=1 (set by .ci/run): then it fails.
 
-use macrolink::gwbench::{send_config, striped, Fault};
-use macrolink::testbed::{enter, Shape, Testbed, PORT};
+use macrolink_bench::gateways::{files_through, send_config, striped, Fault};
 use macrolink_fabric::{Addr, Node, NodeConfig};
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::netns::{enter, qdisc_sent, Shape, Testbed, ECMP_ADDR};
+use macrolink_testbed::{require, Peer};
 use std::path::Path;
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 
 /// A testbed of `gateways` gateways with `links` storage links each, or
-/// `None` (with the reason printed) where namespaces cannot be made here;
-/// with MACROLINK_REQUIRE_NETNS=1 (CI) that is a failure instead.
+/// `None` where namespaces cannot be made here (a failure under CI).
 fn testbed(gateways: usize, links: usize) -> Option<Testbed> {
     testbed_of(Shape {
         compute: 1,
@@ -27,34 +28,14 @@ fn testbed(gateways: usize, links: usize) -> Option<Testbed> {
 }
 
 fn testbed_of(shape: Shape) -> Option<Testbed> {
-    let required = std::env::var("MACROLINK_REQUIRE_NETNS").is_ok_and(|v| v == "1");
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    match (root, Testbed::build(shape, "1gbit")) {
-        (true, Ok(tb)) => Some(tb),
-        (r, res) => {
-            let why = if r {
-                res.err().unwrap_or_default()
-            } else {
-                "not root".into()
-            };
-            assert!(
-                !required,
-                "namespace testbed required but unavailable: {why}"
-            );
-            eprintln!("namespace test not run here: {why}");
-            None
-        }
-    }
+    require::testbed(shape, "1gbit")
 }
 
 /// 32 MiB striped over two gateways of a testbed while `fault` strikes
 /// gateway 0; `None` where the testbed cannot be built.
-fn two_gateways_with(fault: Fault, seed: u32) -> Option<macrolink_gwnet::client::SendReport> {
+fn two_gateways_with(fault: Fault, seed: u64) -> Option<macrolink_gwnet::client::SendReport> {
     let tb = testbed(2, 1)?;
-    let payload: Vec<u8> = (0..32u32 << 20)
-        .map(|i| (i.wrapping_mul(seed) >> 13) as u8)
-        .collect();
+    let payload = pattern(32 << 20, seed);
     let r = striped(
         Path::new(EXE),
         &tb,
@@ -93,7 +74,7 @@ fn a_gateway_frozen_mid_transfer_is_found_by_heartbeats_and_loses_nothing() {
 }
 
 fn sent_bytes(ns: &str, dev: &str) -> u64 {
-    macrolink::gwbench::qdisc_sent(ns, dev).unwrap()
+    qdisc_sent(ns, dev).unwrap()
 }
 
 #[test]
@@ -101,7 +82,7 @@ fn a_gateway_with_two_storage_links_uses_both() {
     let Some(tb) = testbed(1, 2) else {
         return;
     };
-    let payload = macrolink::gwbench::payload(24 << 20);
+    let payload = pattern(24 << 20, 0);
     let r = striped(
         Path::new(EXE),
         &tb,
@@ -140,43 +121,13 @@ fn every_compute_host_reaches_every_storage_host_through_the_lane() {
     };
     let exe = Path::new(EXE);
     let dir = tempfile::tempdir().unwrap();
-    let listen = format!("0.0.0.0:{PORT}");
     let _sinks: Vec<_> = (0..shape.storage)
-        .map(|s| {
-            let ns = tb.storage_ns(s);
-            tb.spawn(
-                exe,
-                &ns,
-                "sink",
-                10 + s as u32,
-                &["--tcp", &listen],
-                dir.path(),
-            )
-            .unwrap()
-        })
+        .map(|s| tb.spawn_sink(exe, s, dir.path()).unwrap())
         .collect();
     let _gateways: Vec<_> = (0..shape.gateways)
-        .map(|i| {
-            let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
-            for s in 0..shape.storage {
-                for a in tb.storage_addrs_of(s, i) {
-                    args.push("--peer".into());
-                    args.push(format!("{}={a}", 10 + s));
-                }
-            }
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            tb.spawn(
-                exe,
-                &tb.gateway(i),
-                "gateway",
-                21 + i as u32,
-                &args,
-                dir.path(),
-            )
-            .unwrap()
-        })
+        .map(|i| tb.spawn_gateway(exe, i, dir.path()).unwrap())
         .collect();
-    let payload = macrolink::gwbench::payload(6 << 20);
+    let payload = pattern(6 << 20, 0);
     std::thread::scope(|scope| {
         for c in 0..shape.compute {
             let (tb, dir, payload) = (&tb, dir.path(), &payload);
@@ -186,19 +137,19 @@ fn every_compute_host_reaches_every_storage_host_through_the_lane() {
                 let mut cfg = NodeConfig::local(1 + c as u32, dir.join(&ns));
                 for i in 0..shape.gateways {
                     cfg.peers
-                        .insert(21 + i as u32, tb.gateway_addr(i).parse().unwrap());
+                        .insert(tb.gateway_node(i), tb.gateway_addr(i).parse().unwrap());
                 }
                 let node = Node::start(cfg).unwrap();
                 let mut ep = node.open(1, macrolink_gwnet::endpoint_config()).unwrap();
                 let gws: Vec<Addr> = (0..shape.gateways)
-                    .map(|i| Addr::new(21 + i as u32, 1))
+                    .map(|i| Addr::new(tb.gateway_node(i), 1))
                     .collect();
                 for s in 0..shape.storage {
                     let id = (c * shape.storage + s) as u64 + 1;
                     let r = macrolink_gwnet::client::send(
                         &mut ep,
                         &gws,
-                        Addr::new(10 + s as u32, 1),
+                        Addr::new(tb.storage_node(s), 1),
                         id,
                         payload,
                         send_config(4, 100, 3),
@@ -223,7 +174,7 @@ fn a_storage_link_gone_dark_mid_transfer_loses_nothing() {
     let Some(tb) = testbed(1, 2) else {
         return;
     };
-    let payload = macrolink::gwbench::payload(24 << 20);
+    let payload = pattern(24 << 20, 0);
     let r = striped(
         Path::new(EXE),
         &tb,
@@ -256,18 +207,15 @@ fn the_file_service_reaches_storage_through_routing_gateways() {
     serve
         .args(["netns", "exec", &tb.storage(), EXE, "serve"])
         .arg(&export)
-        .args([
-            "--listen",
-            &format!("{}:7130", macrolink::testbed::ECMP_ADDR),
-        ])
+        .args(["--listen", &format!("{ECMP_ADDR}:7130")])
         .arg("--shm-dir")
         .arg(dir.path().join("shm-storage"))
         .env("MACROLINK_SECRET", secret);
-    let _server = macrolink::peer::Peer::spawn_cmd(serve).unwrap();
-    let data = macrolink::gwbench::payload(16 << 20);
+    let _server = Peer::spawn_cmd(serve).unwrap();
+    let data = pattern(16 << 20, 0);
     let src = dir.path().join("src");
     std::fs::write(&src, &data).unwrap();
-    let url = format!("ml://{}:7130/f", macrolink::testbed::ECMP_ADDR);
+    let url = format!("ml://{ECMP_ADDR}:7130/f");
     let back = dir.path().join("back");
     let before: u64 = (0..2)
         .map(|i| sent_bytes(&tb.gateway(i), &tb.storage_link(i, 0)))
@@ -317,7 +265,7 @@ fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
         return;
     };
     // Both copies are compared with their source inside.
-    let r = macrolink::gwbench::files_through(Path::new(EXE), &tb, 2, 24).unwrap();
+    let r = files_through(Path::new(EXE), &tb, 2, 24).unwrap();
     eprintln!("cp through the lane: {r:?}");
     for per in &r.carried {
         let nodes: Vec<u32> = per.iter().map(|(g, _)| *g).collect();

@@ -2,10 +2,12 @@
 //! every mode it carries, sizes from 0 to 4 MiB checked by hash, order over
 //! 10,000 messages, 64 endpoints apart, and a peer killed mid-run.
 
-use macrolink::peer::Peer;
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind, Transport,
+    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind, RegionKey,
+    Transport,
 };
+use macrolink_testbed::data::pattern as data;
+use macrolink_testbed::Peer;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -32,18 +34,6 @@ fn local_node(id: u32, dir: &Path, peers: &[(u32, &Peer)]) -> Node {
     Node::start(cfg).unwrap()
 }
 
-fn data(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn answer(ep: &mut Endpoint, buf: &mut [u8]) -> macrolink_fabric::Recv {
     ep.read_timeout(buf, ANSWER)
         .expect("read")
@@ -54,7 +44,7 @@ fn answer(ep: &mut Endpoint, buf: &mut [u8]) -> macrolink_fabric::Recv {
 fn every_transport_and_mode_carries_every_size_intact() {
     let dir = tempfile::tempdir().unwrap();
     let p = peer(2, dir.path(), "1");
-    let key = p.keys[0].1;
+    let key = RegionKey(p.keys[0].1);
     let node = local_node(1, dir.path(), &[(2, &p)]);
     let mut ep = node.open(1, wait_cfg()).unwrap();
     let to = Addr::new(2, 1);
@@ -200,7 +190,7 @@ fn a_killed_peer_fails_its_endpoints_and_leaves_the_others_working() {
             .target_via(Addr::new(3, 1), Mode::Reliable, transport)
             .unwrap();
         let tp = a.target_via(Addr::new(2, 1), Mode::Put, transport).unwrap();
-        let key = doomed.keys[0].1;
+        let key = RegionKey(doomed.keys[0].1);
         a.put_wait(tp, b"placed", 0, key, false).unwrap();
         let mut buf = vec![0u8; 1 << 16];
         for e in [(&mut a, ta), (&mut b, tb)] {

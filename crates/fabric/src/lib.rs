@@ -31,6 +31,7 @@
 //! # Ok::<(), macrolink_fabric::Error>(())
 //! ```
 
+mod contact;
 mod endpoint;
 mod error;
 mod framing;
@@ -41,7 +42,8 @@ pub(crate) mod sys;
 mod transport;
 mod types;
 
-pub use endpoint::{Endpoint, RAIL_USER_TIMEOUT_MS};
+pub use contact::RAIL_USER_TIMEOUT_MS;
+pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use iobuf::IoBuf;
 pub use macrolink_wire::Refusal;

@@ -5,6 +5,7 @@ use macrolink_fabric::{
     Addr, Completion, EndpointConfig, Error, Mode, Node, NodeConfig, Recv, RecvKind, Refusal,
     Transport,
 };
+use macrolink_testbed::data::pattern;
 use std::thread;
 use std::time::Duration;
 
@@ -40,12 +41,6 @@ fn echo(node: &Node, ep: u32, count: usize) -> thread::JoinHandle<()> {
     })
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
 #[test]
 fn reliable_round_trips_over_shm_and_tcp() {
     let (a, b, _d) = nodes();
@@ -58,7 +53,7 @@ fn reliable_round_trips_over_shm_and_tcp() {
             .unwrap();
         let mut buf = vec![0u8; 4 << 20];
         for (i, &n) in sizes.iter().enumerate() {
-            let msg = pattern(n, i as u8);
+            let msg = pattern(n, i as u64);
             e.write(t, &msg).unwrap();
             let r = e.read(&mut buf).unwrap();
             assert_eq!(r.len, n, "{transport}");
@@ -292,7 +287,7 @@ fn shm_puts_are_one_sided_once_the_region_is_mapped() {
     let (target, r) = h.join().unwrap();
     assert_eq!(r.kind, RecvKind::PutPlaced { key, offset: 0 });
     // From now on the target does nothing at all, and puts still complete.
-    for i in 0..100u8 {
+    for i in 0..100u64 {
         let data = pattern(65536, i);
         init.put_wait(t, &data, 4096, key, false).unwrap();
         assert_eq!(&target.region(key).unwrap()[4096..4096 + 65536], &data[..]);

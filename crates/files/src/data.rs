@@ -23,6 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::credit::{slot_offset, Window};
 use crate::ops::{code_of, Failure};
 use crate::proto::{Code, Shape, StreamEnd};
 use crate::sums::{self, Collector, Digest};
@@ -279,10 +280,9 @@ impl Receiver {
         let mut out = Vec::new();
         let mut buf = [0u8; 64];
         let mut credit: Option<Target> = None;
-        let slots = shape.slots as u64;
         for (k, index) in (s as u64..shape.chunks()).step_by(n as usize).enumerate() {
             let (file_off, len) = shape.chunk_at(index);
-            let slot_off = (k as u64 % slots) * shape.chunk as u64;
+            let slot_off = slot_offset(k as u64, shape.slots, shape.chunk);
             let r = wait(&mut self.ep, &mut buf, shared)?;
             match r.kind {
                 RecvKind::PutPlaced { key, offset }
@@ -381,19 +381,19 @@ impl Sender {
         let mut out = Vec::new();
         let mut scratch = IoBuf::new(0).map_err(DataError::File)?;
         let mut buf = [0u8; 64];
-        let mut in_flight = 0u32;
+        let mut window = Window::new(shape.slots);
         let mut target = None;
         for (k, index) in (s as u64..shape.chunks()).step_by(n as usize).enumerate() {
             let t = match target {
                 Some(t) => t,
                 None => *target.insert(self.ep.target_via(self.peer, Mode::Put, self.transport)?),
             };
-            while in_flight == shape.slots {
-                in_flight = in_flight.saturating_sub(self.credits(&mut buf, shared)?);
+            while !window.may_send() {
+                self.credits(&mut window, &mut buf, shared)?;
             }
             let (file_off, len) = shape.chunk_at(index);
             shared.pace(len)?;
-            let slot_off = (k as u64 % shape.slots as u64) * shape.chunk as u64;
+            let slot_off = slot_offset(k as u64, shape.slots, shape.chunk);
             let mut digest = [0u8; 16];
             let mut read_error = None;
             let posted = self
@@ -410,21 +410,29 @@ impl Sender {
             }
             posted?;
             out.push((index, digest));
-            in_flight += 1;
+            window.sent();
             shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
         }
-        while in_flight > 0 {
-            in_flight = in_flight.saturating_sub(self.credits(&mut buf, shared)?);
+        while window.in_flight() > 0 {
+            self.credits(&mut window, &mut buf, shared)?;
         }
         Ok(out)
     }
 
-    /// Waits for credits; returns how many slots they free.
-    fn credits(&mut self, buf: &mut [u8], shared: &Shared) -> Result<u32, DataError> {
+    /// Waits for a credit and gives it to the window.
+    fn credits(
+        &mut self,
+        window: &mut Window,
+        buf: &mut [u8],
+        shared: &Shared,
+    ) -> Result<(), DataError> {
         let r = wait(&mut self.ep, buf, shared)?;
         match (r.kind, r.len) {
             (RecvKind::Message(Mode::Reliable), 4) => {
-                Ok(u32::from_le_bytes(buf[..4].try_into().expect("four bytes")))
+                let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+                window
+                    .granted(n)
+                    .map_err(|e| DataError::Protocol(e.to_string()))
             }
             (kind, len) => Err(DataError::Protocol(format!(
                 "expected a credit, got {kind:?} of {len} bytes"

@@ -12,6 +12,7 @@
 //!              ── Ack ───►           ── Ack ────►   connections carry them)
 //! ```
 
+use macrolink_cluster::{Cluster, Role};
 use macrolink_fabric::{Addr, Endpoint, EndpointConfig, Error as FabricError};
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::{Chunk, StripeConfig};
@@ -32,6 +33,30 @@ pub struct Route {
     pub gateways: Vec<(Addr, SocketAddr)>,
     /// Striping and heartbeats (the chunk size is the transfer's).
     pub send: SendConfig,
+}
+
+/// Adds what cluster `c` says to `opts`: the contact address of each
+/// storage host's file service by host name, and for each one that a lane
+/// serves, the route through that lane's gateways.
+pub fn add_routes(c: &Cluster, opts: &mut crate::ClientOptions) {
+    for s in c.with_role(Role::Storage) {
+        let Some(files) = s.files else { continue };
+        opts.hosts.insert(s.name.clone(), files);
+        let Some(lane) = c.lane_of(&s.name) else {
+            continue;
+        };
+        let gateways = c
+            .gateways_of(lane)
+            .filter_map(|g| Some((Addr::new(g.node, 1), g.listen()?)))
+            .collect();
+        opts.lanes.insert(
+            files,
+            Route {
+                gateways,
+                send: SendConfig::from_cluster(c),
+            },
+        );
+    }
 }
 
 /// The far side of a lane transfer.

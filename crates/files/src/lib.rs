@@ -13,7 +13,7 @@
 //!   └────────────┘                              └──────────────────┘
 //! ```
 //!
-//! [`proto`], [`auth`], [`confine`] and [`sums`] are pure; [`data`] runs one
+//! [`proto`], [`auth`], [`confine`], [`credit`] and [`sums`] are pure; [`data`] runs one
 //! transfer's streams; [`server`] and [`client`] hold the sockets; [`copy`]
 //! is what `macrolink cp` does with them.
 
@@ -23,12 +23,14 @@ pub mod auth;
 pub mod client;
 pub mod confine;
 pub mod copy;
+pub mod credit;
 pub mod data;
 pub mod error;
 pub mod lane;
 pub mod ops;
 pub mod proto;
 pub mod server;
+pub mod setup;
 pub mod stripe;
 pub mod sums;
 mod wire_io;
@@ -36,3 +38,4 @@ mod wire_io;
 pub use client::{Client, ClientOptions, Moved};
 pub use error::{exit, Error, Result};
 pub use server::{Limits, ServeConfig, Server};
+pub use setup::ClientSetup;

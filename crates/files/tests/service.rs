@@ -5,6 +5,7 @@ use macrolink_files::auth::Secret;
 use macrolink_files::copy::{Copier, CopyOptions, Location};
 use macrolink_files::proto::{self, Code, Kind, Reply, Request};
 use macrolink_files::{exit, Client, ClientOptions, Error, Limits, ServeConfig, Server};
+use macrolink_testbed::data::pattern;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -69,18 +70,6 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
     let addr = server.local_addr().unwrap().to_string();
     std::thread::spawn(move || server.run());
     Fixture { dir, addr }
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn no_partials(dir: &Path) {

@@ -14,6 +14,10 @@
 //!   answers again is up.
 //! ```
 //!
+//! A gateway with several storage-side links spreads its messages over them
+//! ([`rails::Rails`]); a transfer's view of which gateways it may use, and
+//! when to dial one again, is [`lanes::Lanes`].
+//!
 //! The driver loop: feed `Health::on_reply` / `Striper::on_ack` as answers
 //! arrive, call `Health::poll(now)` and `Striper::poll_transmit(now)` for what
 //! to send, and sleep until the earliest `next_deadline`.
@@ -21,8 +25,10 @@
 
 pub mod assemble;
 pub mod health;
+pub mod lanes;
 pub mod msg;
 pub mod paths;
+pub mod rails;
 pub mod stripe;
 
 /// Index of a gateway (a path) in a lane.

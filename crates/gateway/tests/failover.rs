@@ -1,71 +1,36 @@
-//! Health, Striper and Assembler driven together over a simulated network:
-//! a virtual clock, 1 Gbit/s per gateway, per-path latency with jitter (so
-//! chunks arrive out of order), random loss from a seeded generator, and a
-//! gateway that dies mid-transfer and later comes back.
+//! Health, Striper and Assembler driven together over the simulated network
+//! of `macrolink-simnet`: a virtual clock, 1 Gbit/s each way per gateway,
+//! per-path latency with jitter (so chunks arrive out of order), random
+//! loss from a seeded generator, and a gateway that dies mid-transfer and
+//! later comes back.
 
 use macrolink_gateway::assemble::Assembler;
 use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
 use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
 use macrolink_gateway::{Gw, Nanos};
+use macrolink_simnet::{LinkId, LinkSpec, Net, NodeId, MS, US};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
-const MS: Nanos = 1_000_000;
-const STEP: Nanos = 100_000;
-/// 1 Gbit/s: 125 bytes per microsecond.
-const BYTES_PER_NS: f64 = 0.125;
+const STEP: Nanos = 100 * US;
+/// 1 Gbit/s.
+const GBIT: u64 = 1_000_000_000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug)]
 enum Ev {
-    Chunk {
-        gw: Gw,
-        seq: u64,
-        offset: u64,
-        len: u64,
-    },
-    Ack {
-        gw: Gw,
-        seq: u64,
-    },
-    Probe {
-        gw: Gw,
-        seq: u64,
-    },
-    Reply {
-        gw: Gw,
-        seq: u64,
-    },
+    Chunk(Chunk),
+    Ack(u64),
+    Probe(u64),
+    Reply(u64),
 }
 
-struct Sim {
-    rng: StdRng,
-    loss: f64,
-    jitter: Nanos,
-    /// Gateway `dead.0` drops everything from `dead.1` until `dead.2`.
-    dead: Option<(Gw, Nanos, Nanos)>,
-    busy_until: Vec<Nanos>,
-    queue: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
-    order: u64,
-}
-
-impl Sim {
-    fn alive(&self, gw: Gw, at: Nanos) -> bool {
-        !matches!(self.dead, Some((g, from, until)) if g == gw && at >= from && at < until)
-    }
-
-    fn send(&mut self, now: Nanos, gw: Gw, bytes: u64, ev: Ev) {
-        if self.rng.random::<f64>() < self.loss {
-            return;
-        }
-        let start = now.max(self.busy_until[gw]);
-        let wire = (bytes as f64 / BYTES_PER_NS) as Nanos;
-        self.busy_until[gw] = start + wire;
-        let at = start + wire + 50_000 + self.rng.random_range(0..=self.jitter);
-        self.order += 1;
-        self.queue.push(Reverse((at, self.order, ev)));
-    }
+/// The compute host's side of gateway `gw`'s path: chunks and heartbeats
+/// out to the gateway (which hands chunks on to storage), acks and
+/// answers back.
+struct Path {
+    gw: NodeId,
+    out: LinkId,
+    back: LinkId,
 }
 
 struct Outcome {
@@ -87,6 +52,10 @@ fn transfer(
     transfer_with(seed, gateways, total, loss, 2 * MS, dead)
 }
 
+/// One transfer of `total` bytes from a compute host over `gateways`
+/// paths of 1 Gbit/s each way, 50 us plus up to `jitter` (which reorders),
+/// `loss` on every message; gateway `dead.0` dies at `dead.1` and comes
+/// back at `dead.2`.
 fn transfer_with(
     seed: u64,
     gateways: usize,
@@ -106,55 +75,51 @@ fn transfer_with(
     let mut health = Health::new(gateways, HealthConfig::default(), 0);
     let mut asm = Assembler::new(total, cfg.chunk);
     let mut out = vec![0u8; total as usize];
-    let mut sim = Sim {
-        rng: StdRng::seed_from_u64(seed),
-        loss,
-        jitter,
-        dead,
-        busy_until: vec![0; gateways],
-        queue: BinaryHeap::new(),
-        order: 0,
-    };
+    let mut net = Net::new(seed);
+    let compute = net.add_node();
+    let spec = LinkSpec::new(50 * US)
+        .bits_per_sec(GBIT)
+        .jitter(jitter)
+        .loss(loss)
+        .reorder(true);
+    let paths: Vec<Path> = (0..gateways)
+        .map(|_| {
+            let gw = net.add_node();
+            let (out, back) = net.add_pair(compute, gw, spec);
+            Path { gw, out, back }
+        })
+        .collect();
+    if let Some((gw, dies, revives)) = dead {
+        net.kill(paths[gw].gw, dies);
+        net.revive(paths[gw].gw, revives);
+    }
+    let path_of = |link: LinkId| paths.iter().position(|p| p.out == link || p.back == link);
     let mut down = vec![false; gateways];
-    let (mut now, mut last_progress, mut longest_stall, mut sent_while_down) = (0, 0, 0, 0);
+    let (mut last_progress, mut longest_stall, mut sent_while_down) = (0, 0, 0);
     while !(striper.is_complete() && asm.is_complete()) {
+        let now = net.now();
         assert!(now < 60_000 * MS, "transfer never finished (seed {seed})");
         let mut events = Vec::new();
-        while sim
-            .queue
-            .peek()
-            .is_some_and(|Reverse((at, _, _))| *at <= now)
-        {
-            let Some(Reverse((_, _, ev))) = sim.queue.pop() else {
-                break;
-            };
-            match ev {
-                Ev::Chunk {
-                    gw,
-                    seq,
-                    offset,
-                    len,
-                } if sim.alive(gw, now) => {
-                    let c = Chunk { seq, offset, len };
-                    let slice = &data[offset as usize..(offset + len) as usize];
+        while let Some(d) = net.poll() {
+            let gw = path_of(d.link).expect("a path's link");
+            match d.msg {
+                Ev::Chunk(c) => {
+                    let slice = &data[c.offset as usize..(c.offset + c.len) as usize];
                     if asm.place(c, slice, &mut out).unwrap() {
                         longest_stall = longest_stall.max(now - last_progress);
                         last_progress = now;
                     }
-                    sim.send(now, gw, 64, Ev::Ack { gw, seq });
+                    net.send(paths[gw].back, 64, Ev::Ack(c.seq));
                 }
-                Ev::Ack { gw, seq } if sim.alive(gw, now) => striper.on_ack(seq, now),
-                Ev::Probe { gw, seq } if sim.alive(gw, now) => {
-                    sim.send(now, gw, 64, Ev::Reply { gw, seq })
-                }
-                Ev::Reply { gw, seq } => health.on_reply(gw, seq, &mut events),
-                _ => {} // through a dead gateway: lost
+                Ev::Probe(seq) => net.send(paths[gw].back, 64, Ev::Reply(seq)),
+                Ev::Ack(seq) => striper.on_ack(seq, now),
+                Ev::Reply(seq) => health.on_reply(gw, seq, &mut events),
             }
         }
         health.poll(now, &mut events);
         for e in events {
             match e {
-                HealthEvent::Probe { gw, seq } => sim.send(now, gw, 64, Ev::Probe { gw, seq }),
+                HealthEvent::Probe { gw, seq } => net.send(paths[gw].out, 64, Ev::Probe(seq)),
                 HealthEvent::Down(gw) => {
                     down[gw] = true;
                     striper.on_path_down(gw);
@@ -169,23 +134,12 @@ fn transfer_with(
             if down[t.gw] {
                 sent_while_down += 1;
             }
-            let c = t.chunk;
-            sim.send(
-                now,
-                t.gw,
-                c.len,
-                Ev::Chunk {
-                    gw: t.gw,
-                    seq: c.seq,
-                    offset: c.offset,
-                    len: c.len,
-                },
-            );
+            net.send(paths[t.gw].out, t.chunk.len, Ev::Chunk(t.chunk));
         }
-        now += STEP;
+        net.step(STEP);
     }
     Outcome {
-        finished: now,
+        finished: net.now(),
         longest_stall,
         placed_once: out == data,
         duplicates: asm.duplicates,
@@ -219,9 +173,11 @@ fn a_gateway_dying_mid_transfer_loses_and_duplicates_nothing() {
             "seed {seed}: used a gateway known dead"
         );
         // The stall is detection (at most interval x (misses + 1)) plus a
-        // round trip; with the defaults, well under a second.
+        // round trip, or, where a chunk sent again is itself lost, one
+        // retransmission timeout; with the defaults, well under a second.
+        let rto = StripeConfig::default().rto;
         assert!(
-            o.longest_stall <= cfg.detection_bound() + 50 * MS,
+            o.longest_stall <= cfg.detection_bound().max(rto) + 50 * MS,
             "seed {seed}: stall {} ms",
             o.longest_stall / MS
         );

@@ -1,10 +1,11 @@
 //! The compute side: one transfer striped over every live gateway, with
 //! heartbeats, failover and an end-to-end hash check.
 
+use macrolink_cluster::Cluster;
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
 use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
+use macrolink_gateway::lanes::Lanes;
 use macrolink_gateway::msg::{encode_chunk_head, Msg, CHUNK_HEADER};
-use macrolink_gateway::paths::Paths;
 use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
 use std::time::Duration;
 
@@ -24,6 +25,33 @@ pub struct SendConfig {
     /// Give up when no chunk is acknowledged for this long (nanoseconds;
     /// 0: never).
     pub patience: u64,
+}
+
+/// How long a transfer may hear no acknowledgement before it fails rather
+/// than hangs, in the settings a cluster file makes.
+pub const PATIENCE: u64 = 30_000_000_000;
+
+impl SendConfig {
+    /// The settings a cluster file asks for, the defaults of
+    /// [`StripeConfig`] and [`HealthConfig`] where it is silent; striped,
+    /// failing after [`PATIENCE`] without an acknowledgement.
+    pub fn from_cluster(c: &Cluster) -> SendConfig {
+        const MS: u64 = 1_000_000;
+        let (s, h) = (StripeConfig::default(), HealthConfig::default());
+        SendConfig {
+            stripe: StripeConfig {
+                chunk: c.stripe.chunk_kib.map_or(s.chunk, |k| k * 1024),
+                window: c.stripe.window.unwrap_or(s.window),
+                rto: c.stripe.rto_ms.map_or(s.rto, |ms| ms * MS),
+            },
+            health: HealthConfig {
+                interval: c.health.interval_ms.map_or(h.interval, |ms| ms * MS),
+                misses: c.health.misses.unwrap_or(h.misses),
+            },
+            pinned: false,
+            patience: PATIENCE,
+        }
+    }
 }
 
 /// What a send measured.
@@ -51,65 +79,41 @@ pub struct SendReport {
     pub down_at: Vec<u64>,
 }
 
-struct Lanes {
-    gws: Vec<Addr>,
+/// The connections of one transfer to its gateways; the decisions about
+/// them are [`Lanes`]'.
+struct Gateways {
+    addrs: Vec<Addr>,
     targets: Vec<Option<Target>>,
-    down: Vec<bool>,
-    down_at: Vec<u64>,
-    failovers: u64,
-    /// Pinned mode: the flow's identity and the gateway it is on.
-    pin: Option<(Vec<u8>, usize)>,
-    /// Earliest time to dial a gateway again after a failed attempt.
-    retry_at: Vec<u64>,
-    /// Gateways taken back into use after being out.
-    returned: Vec<bool>,
+    lanes: Lanes,
 }
 
-/// Time between attempts to reconnect to a down gateway.
-const REDIAL: u64 = 1_000_000_000;
-
-impl Lanes {
+impl Gateways {
     fn index(&self, a: Addr) -> Option<usize> {
-        self.gws.iter().position(|g| *g == a)
+        self.addrs.iter().position(|g| *g == a)
     }
 
-    fn mark_down(&mut self, gw: usize, striper: &mut Striper) {
-        if !self.down[gw] {
-            self.down[gw] = true;
-            self.down_at[gw] = clock_ns();
+    /// Takes `gw` out of use (for the striper, and for heartbeats when
+    /// `health` is given) and forgets its connection.
+    fn down(&mut self, gw: usize, striper: &mut Striper, health: Option<&mut Health>) {
+        if let Some(h) = health {
+            h.mark_down(gw);
+        }
+        if self.lanes.down(gw, clock_ns(), striper) {
             self.targets[gw] = None;
-            self.failovers += 1;
-            striper.on_path_down(gw);
-            tracing::info!("gateway {} out of use", self.gws[gw]);
-            if let Some((flow, on)) = self.pin.as_mut() {
-                if *on == gw {
-                    // The flow moves to its next choice among the live ones.
-                    let mut live = Paths::new(self.gws.len());
-                    for (i, d) in self.down.iter().enumerate() {
-                        live.set_alive(i, !d);
-                    }
-                    if let Some(next) = live.pick(flow) {
-                        *on = next;
-                        striper.on_path_up(next);
-                    }
-                }
-            }
+            tracing::info!("gateway {} out of use", self.addrs[gw]);
         }
     }
 
-    /// Whether the striper may use `gw` once it is up.
-    fn usable(&self, gw: usize) -> bool {
-        self.pin.as_ref().is_none_or(|(_, on)| *on == gw)
-    }
-
+    /// The connection to `gw`, dialled if there is none and the last
+    /// attempt is long enough ago.
     fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
         let now = clock_ns();
-        if self.targets[gw].is_none() && now >= self.retry_at[gw] {
+        if self.targets[gw].is_none() && self.lanes.may_dial(gw, now) {
             self.targets[gw] = ep
-                .target_via(self.gws[gw], Mode::Reliable, Transport::Tcp)
+                .target_via(self.addrs[gw], Mode::Reliable, Transport::Tcp)
                 .ok();
             if self.targets[gw].is_none() {
-                self.retry_at[gw] = now + REDIAL;
+                self.lanes.dial_failed(gw, now);
             }
         }
         self.targets[gw]
@@ -239,36 +243,22 @@ pub fn stripe(
         to_pair(ep.addr()).1.to_le_bytes(),
     ]
     .concat();
-    let mut lanes = Lanes {
-        gws: gateways.to_vec(),
+    let mut gws = Gateways {
+        addrs: gateways.to_vec(),
         targets: vec![None; n],
-        down: vec![false; n],
-        down_at: vec![0; n],
-        failovers: 0,
-        pin: None,
-        retry_at: vec![0; n],
-        returned: vec![false; n],
+        lanes: Lanes::new(n),
     };
     for gw in 0..n {
-        if lanes.target(ep, gw).is_none() {
-            lanes.mark_down(gw, &mut striper);
+        if gws.target(ep, gw).is_none() {
+            gws.down(gw, &mut striper, None);
         }
     }
     if cfg.pinned {
-        let mut live = Paths::new(n);
-        for (i, d) in lanes.down.iter().enumerate() {
-            live.set_alive(i, !d);
-        }
-        let on = live
-            .pick(&[flow.as_slice(), &transfer.to_le_bytes()].concat())
-            .unwrap_or(0);
-        for gw in (0..n).filter(|g| *g != on) {
-            striper.on_path_down(gw);
-        }
-        lanes.pin = Some(([flow.as_slice(), &transfer.to_le_bytes()].concat(), on));
+        gws.lanes.pin(
+            &[flow.as_slice(), &transfer.to_le_bytes()].concat(),
+            &mut striper,
+        );
     }
-    let mut per_gateway = vec![0u64; n];
-    let mut after_return = 0u64;
     let me = to_pair(ep.addr());
     let to = to_pair(storage);
     let mut buf = vec![0u8; 1 << 16];
@@ -285,31 +275,25 @@ pub fn stripe(
                 HealthEvent::Probe { gw, seq } => {
                     head.clear();
                     Msg::Ping { seq }.encode(&mut head);
-                    if let Some(t) = lanes.target(ep, gw) {
+                    if let Some(t) = gws.target(ep, gw) {
                         if ep.write(t, &head).is_err() {
-                            lanes.mark_down(gw, &mut striper);
-                            health.mark_down(gw);
+                            gws.down(gw, &mut striper, Some(&mut health));
                         }
                     }
                 }
-                HealthEvent::Down(gw) => lanes.mark_down(gw, &mut striper),
+                HealthEvent::Down(gw) => gws.down(gw, &mut striper, None),
                 HealthEvent::Up(gw) => {
-                    if lanes.down[gw] && lanes.target(ep, gw).is_some() {
-                        lanes.down[gw] = false;
-                        lanes.returned[gw] = true;
-                        if lanes.usable(gw) {
-                            striper.on_path_up(gw);
-                        }
-                        tracing::info!("gateway {} back in use", lanes.gws[gw]);
+                    if gws.lanes.is_down(gw)
+                        && gws.target(ep, gw).is_some()
+                        && gws.lanes.up(gw, &mut striper)
+                    {
+                        tracing::info!("gateway {} back in use", gws.addrs[gw]);
                     }
                 }
             }
         }
         while let Some(tx) = striper.poll_transmit(now) {
-            per_gateway[tx.gw] += 1;
-            if lanes.returned[tx.gw] {
-                after_return += 1;
-            }
+            gws.lanes.sent(tx.gw);
             let c = tx.chunk;
             // The buffer keeps its length from chunk to chunk: only the
             // header is written anew, and the data read over the last.
@@ -318,16 +302,15 @@ pub fn stripe(
             out.resize(CHUNK_HEADER + c.len as usize, 0);
             out[..CHUNK_HEADER].copy_from_slice(&head);
             read(c, &mut out[CHUNK_HEADER..])?;
-            let sent = lanes.target(ep, tx.gw).map(|t| ep.write(t, &out));
+            let sent = gws.target(ep, tx.gw).map(|t| ep.write(t, &out));
             if !matches!(sent, Some(Ok(()))) {
-                lanes.mark_down(tx.gw, &mut striper);
-                health.mark_down(tx.gw);
+                gws.down(tx.gw, &mut striper, Some(&mut health));
             }
         }
         match ep.read_timeout(&mut buf, Duration::from_millis(1)) {
             Ok(Some(r)) => match Msg::decode(&buf[..r.len]) {
                 Ok(Msg::Pong { seq }) => {
-                    if let Some(gw) = lanes.index(r.from) {
+                    if let Some(gw) = gws.index(r.from) {
                         health.on_reply(gw, seq, &mut events);
                     }
                 }
@@ -347,9 +330,8 @@ pub fn stripe(
             },
             Ok(None) => {}
             Err(Error::PeerLost { peer, .. }) => {
-                if let Some(gw) = lanes.index(peer) {
-                    lanes.mark_down(gw, &mut striper);
-                    health.mark_down(gw);
+                if let Some(gw) = gws.index(peer) {
+                    gws.down(gw, &mut striper, Some(&mut health));
                 }
             }
             Err(e) => return Err(e),
@@ -367,11 +349,37 @@ pub fn stripe(
         secs: (clock_ns() - start) as f64 / 1e9,
         longest_stall: longest as f64 / 1e9,
         resent: striper.resent,
-        failovers: lanes.failovers,
+        failovers: gws.lanes.failovers,
         verified: false,
-        per_gateway,
-        after_return,
-        down: lanes.down,
-        down_at: lanes.down_at,
+        per_gateway: gws.lanes.per_gateway.clone(),
+        after_return: gws.lanes.after_return,
+        down: gws.lanes.down_list().to_vec(),
+        down_at: gws.lanes.down_times().to_vec(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_file_sets_what_it_names_and_leaves_the_defaults() {
+        let hosts = "[[host]]\nname = 'a'\nrole = 'compute'\nnode = 1\nfabric = '127.0.0.1:1'\n";
+        let c = SendConfig::from_cluster(&Cluster::parse(hosts).unwrap());
+        assert_eq!(c.health, HealthConfig::default());
+        assert_eq!(c.stripe, StripeConfig::default());
+        assert_eq!((c.pinned, c.patience), (false, PATIENCE));
+        let embedded = SendConfig::from_cluster(&Cluster::embedded());
+        assert_eq!(embedded.health.misses, 3);
+        assert_eq!(embedded.stripe.window, 4);
+        let text = format!(
+            "{hosts}[health]\ninterval_ms = 20\nmisses = 2\n[stripe]\nchunk_kib = 256\nwindow = 8\n"
+        );
+        let s = SendConfig::from_cluster(&Cluster::parse(&text).unwrap());
+        assert_eq!((s.health.interval, s.health.misses), (20_000_000, 2));
+        assert_eq!(
+            (s.stripe.chunk, s.stripe.window, s.stripe.rto),
+            (256 * 1024, 8, 500_000_000)
+        );
+    }
 }

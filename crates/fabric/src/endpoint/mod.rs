@@ -18,8 +18,8 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::contact::{Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
 use crate::error::{Error, Result};
-use crate::node::{Inbox, Incoming, NodeShared};
 use crate::pool::TokenPool;
 use crate::sys;
 use crate::transport::Stream;
@@ -29,10 +29,6 @@ use crate::types::{
 use put::{PutTable, Regions};
 use rx::{Body, Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use udp::Udp;
-
-/// A rail (see [`Endpoint::target_at`]) whose sent data stays unacknowledged
-/// this long is taken for dead.
-pub const RAIL_USER_TIMEOUT_MS: u32 = 2000;
 
 /// How a target's traffic leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

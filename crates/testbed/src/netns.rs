@@ -19,10 +19,18 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
+use anyhow::Context;
+
 use crate::peer::Peer;
 
 /// Port every role listens on inside its namespace.
 pub const PORT: u16 = 7400;
+/// Node id of compute host 0; host `c` is `COMPUTE_NODE + c`.
+pub const COMPUTE_NODE: u32 = 1;
+/// Node id of storage host 0; host `s` is `STORAGE_NODE + s`.
+pub const STORAGE_NODE: u32 = 10;
+/// Node id of gateway 0; gateway `i` is `GATEWAY_NODE + i`.
+pub const GATEWAY_NODE: u32 = 21;
 /// The storage host's address behind the kernel's multipath routes.
 pub const ECMP_ADDR: &str = "10.73.0.1";
 
@@ -237,6 +245,67 @@ impl Testbed {
             .collect()
     }
 
+    /// Node id of gateway `i`.
+    pub fn gateway_node(&self, i: usize) -> u32 {
+        GATEWAY_NODE + i as u32
+    }
+
+    /// Node id of storage host `s`.
+    pub fn storage_node(&self, s: usize) -> u32 {
+        STORAGE_NODE + s as u32
+    }
+
+    /// The arguments that make `macrolink gateway` gateway `i` of this
+    /// testbed: its fabric address, and one `--peer` for each storage-side
+    /// link to each storage host (the gateway uses them all).
+    pub fn gateway_args(&self, i: usize) -> Vec<String> {
+        let mut args = vec!["--tcp".to_string(), self.gateway_addr(i)];
+        for s in 0..self.shape.storage {
+            for a in self.storage_addrs_of(s, i) {
+                args.push("--peer".into());
+                args.push(format!("{}={a}", self.storage_node(s)));
+            }
+        }
+        args
+    }
+
+    /// Starts gateway `i` (`macrolink gateway`, the binary `exe`) in its
+    /// namespace, its shared-memory directory under `dir`.
+    pub fn spawn_gateway(&self, exe: &Path, i: usize, dir: &Path) -> anyhow::Result<Peer> {
+        let args = self.gateway_args(i);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.spawn(
+            exe,
+            &self.gateway(i),
+            "gateway",
+            self.gateway_node(i),
+            &args,
+            dir,
+        )
+        .with_context(|| format!("starting gateway {i}"))
+    }
+
+    /// Starts `macrolink sink` on storage host `s`, listening on every
+    /// address of its namespace.
+    pub fn spawn_sink(&self, exe: &Path, s: usize, dir: &Path) -> anyhow::Result<Peer> {
+        let listen = format!("0.0.0.0:{PORT}");
+        let ns = self.storage_ns(s);
+        self.spawn(
+            exe,
+            &ns,
+            "sink",
+            self.storage_node(s),
+            &["--tcp", &listen],
+            dir,
+        )
+        .with_context(|| format!("starting the sink of storage host {s}"))
+    }
+
+    /// Bytes the qdisc of `dev` in namespace `ns` has sent.
+    pub fn sent_bytes(&self, ns: &str, dev: &str) -> anyhow::Result<u64> {
+        qdisc_sent(ns, dev)
+    }
+
     /// Starts `macrolink ROLE` (the binary `exe`) inside namespace `ns`.
     pub fn spawn(
         &self,
@@ -326,6 +395,19 @@ impl Drop for Testbed {
             let _ = ip(&["netns", "del", ns]);
         }
     }
+}
+
+/// Bytes a qdisc has sent, from `tc -s qdisc show`.
+pub fn qdisc_sent(ns: &str, dev: &str) -> anyhow::Result<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "Sent")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no Sent in {text}"))
 }
 
 /// Moves the calling thread (and threads it starts later) into namespace `ns`.

@@ -3,49 +3,39 @@
 //! directory, and beside plain `cp` from the page cache; best of N runs of
 //! each whole command, printed as ratios.
 
-use anyhow::{bail, Context};
-use clap::Args as ClapArgs;
-use macrolink_bench::report;
+use anyhow::bail;
 use macrolink_files::data::Pattern;
+use macrolink_testbed::Peer;
 use serde::Serialize;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::parse_size(s).map_err(|e| e.to_string())
-}
+use crate::peers::xrootd::{self, Xrootd};
+use crate::report;
 
-/// Arguments of `macrolink bench files`.
-#[derive(Debug, ClapArgs)]
-pub struct Args {
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Size of the file copied.
-    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
-    size: u64,
+    pub size: u64,
     /// Runs of each command; the best counts.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    pub runs: usize,
     /// Streams of `macrolink cp`.
-    #[arg(long, default_value_t = 2)]
-    streams: u32,
+    pub streams: u32,
     /// Move macrolink's data over TCP, as between two hosts, instead of
     /// shared memory.
-    #[arg(long)]
-    no_shm: bool,
+    pub no_shm: bool,
     /// Directory to work in (default: a new one in the system's temporary
     /// directory, removed afterwards).
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
     /// Write the rows as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
     /// Write the rows as CSV.
-    #[arg(long)]
-    csv: Option<PathBuf>,
+    pub csv: Option<PathBuf>,
 }
 
 /// One row: a copy done three ways.
@@ -59,19 +49,6 @@ pub struct FileRow {
     pub xrdcp_mb_s: Option<f64>,
     /// `cp`, MB/s.
     pub cp_mb_s: f64,
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn make_file(path: &Path, size: u64) -> anyhow::Result<()> {
@@ -151,59 +128,18 @@ fn best_of_rounds(
     Ok(best)
 }
 
-fn start_serve(exe: &Path, root: &Path, secret: &str) -> anyhow::Result<(Proc, SocketAddr)> {
-    let mut child = Command::new(exe)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+/// Starts `macrolink serve` (the binary `exe`) exporting `root`.
+fn start_serve(exe: &Path, root: &Path, secret: &str) -> anyhow::Result<Peer> {
+    let mut c = Command::new(exe);
+    c.args(["serve", "--listen", "127.0.0.1:0"])
         .arg(root)
-        .env("MACROLINK_SECRET", secret)
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("serve stdout")?).read_line(&mut line)?;
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("tcp="))
-        .with_context(|| format!("serve said {line:?}"))?
-        .parse()?;
-    Ok((Proc(child), addr))
+        .env("MACROLINK_SECRET", secret);
+    Peer::spawn_cmd(c)
 }
 
-/// Starts xrootd exporting `export` on a free port, its files in `dir`
-/// (writable by the user it runs as); None if not installed.
-fn start_xrootd(dir: &Path, export: &Path) -> anyhow::Result<Option<(Proc, u16)>> {
-    if Command::new("xrootd").arg("-v").output().is_err() {
-        return Ok(None);
-    }
-    let port = free_port()?;
-    let cfg = dir.join("xrootd.cfg");
-    std::fs::write(
-        &cfg,
-        format!("all.export {}\nxrd.port {port}\n", export.display()),
-    )?;
-    let mut cmd = Command::new("xrootd");
-    cmd.arg("-c")
-        .arg(&cfg)
-        .arg("-l")
-        .arg(dir.join("xrootd.log"));
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        // xrootd refuses to run as root.
-        cmd.args(["-R", "nobody"]);
-    }
-    let child = Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?);
-    let until = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > until {
-            let log = std::fs::read_to_string(dir.join("xrootd.log")).unwrap_or_default();
-            bail!("xrootd did not start: {log}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Some((child, port)))
-}
-
-/// Runs the comparison.
-pub fn run(a: Args) -> anyhow::Result<()> {
+/// Runs the comparison with `macrolink` processes started from `exe`, and
+/// prints its table.
+pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     let scratch;
     let dir = match &a.dir {
         Some(d) => d.clone(),
@@ -228,19 +164,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     warm(&src)?;
     warm(&up)?;
 
-    let exe = std::env::current_exe()?;
     let mut secret = [0u8; 16];
     getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let (_serve, addr) = start_serve(&exe, &export, &secret)?;
-    let xrd = start_xrootd(&local, &export)?;
+    let serve = start_serve(exe, &export, &secret)?;
+    let addr = serve.tcp;
+    let xrd = Xrootd::start(&local, &export)?;
     if xrd.is_none() {
         eprintln!(
-            "xrootd not found (apt-get install xrootd-server xrootd-client): no xrdcp column"
+            "xrootd not found (apt-get install {} {}): no xrdcp column",
+            xrootd::SERVER.package,
+            xrootd::CLIENT.package
         );
     }
     let ml = |args: &[&str]| {
-        let mut c = Command::new(&exe);
+        let mut c = Command::new(exe);
         c.args(["cp", "-q", "--streams", &a.streams.to_string()])
             .args(args)
             .env("MACROLINK_SECRET", &secret);
@@ -249,23 +187,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         c
     };
-    let xrdcp = |from: String, to: String| {
-        let mut c = Command::new("xrdcp");
-        c.args(["-f", "-s", &from, &to])
-            .env("XRD_CONNECTIONRETRY", "1")
-            .env("XRD_REQUESTTIMEOUT", "60");
-        c
-    };
     let cp = |from: &Path, to: &Path| {
         let mut c = Command::new("cp");
         c.arg(from).arg(to);
         c
     };
     let ml_url = |p: &str| format!("ml://{addr}/{p}");
-    let xrd_url = |p: &Path| {
-        xrd.as_ref()
-            .map(|(_, port)| format!("root://127.0.0.1:{port}/{}", p.display()))
-    };
+    let xrd_url = |p: &Path| xrd.as_ref().map(|x| x.url(p));
     let runs = a.runs;
     let mut rows = Vec::new();
     let mb = |secs: f64| a.size as f64 / secs / 1e6;
@@ -306,7 +234,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let xrd_remote = xrd_url(case.remote);
         if let Some(u) = &xrd_remote {
             let (f, t) = case.ends(u.clone(), local.clone());
-            cmds.push(Box::new(move || xrdcp(f.clone(), t.clone())));
+            cmds.push(Box::new(move || xrootd::xrdcp(&f, &t)));
         }
         let (f, t) = case.ends(case.remote, case.local);
         cmds.push(Box::new(move || cp(f, t)));
@@ -329,6 +257,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     drop(xrd);
+    drop(serve);
     for f in [
         &src,
         &up,

@@ -1,43 +1,60 @@
-//! fio running the job that matches an iobench phase, for the ratio column.
+//! fio: the file I/O job that matches a phase of `macrolink iobench`.
 
 use anyhow::{bail, Context};
 use std::path::Path;
 use std::process::Command;
 
-use super::worker::{Layout, Op};
+use super::Tool;
+
+/// The tool.
+pub const TOOL: Tool = Tool {
+    program: "fio",
+    package: "fio",
+};
+
+/// What a job does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rw {
+    /// Sequential write.
+    Write,
+    /// Sequential read.
+    Read,
+    /// Writes at random offsets.
+    RandWrite,
+}
 
 /// One fio job.
 #[derive(Clone, Copy, Debug)]
 pub struct Job {
-    /// Operation.
-    pub op: Op,
-    /// Pattern.
-    pub layout: Layout,
-    /// Transfer (block) size.
-    pub xfer: u64,
-    /// Bytes per worker.
+    /// What it does.
+    pub rw: Rw,
+    /// All jobs share one file, a region each (N-to-1); else a file each.
+    pub shared_file: bool,
+    /// Block size.
+    pub bs: u64,
+    /// Bytes per job.
     pub size: u64,
-    /// Workers (fio jobs).
-    pub workers: u64,
+    /// Jobs.
+    pub numjobs: u64,
     /// fsync written files at the end.
-    pub fsync: bool,
+    pub end_fsync: bool,
 }
 
 impl Job {
     /// fio's command-line arguments for this job in `dir`.
     pub fn args(&self, dir: &Path) -> Vec<String> {
-        let rw = match self.op {
-            Op::Write => "write",
-            Op::Read => "read",
-            Op::RandWrite => "randwrite",
+        let rw = match self.rw {
+            Rw::Write => "write",
+            Rw::Read => "read",
+            Rw::RandWrite => "randwrite",
         };
         let mut a = vec![
             "--name=iobench".to_string(),
             format!("--directory={}", dir.display()),
             format!("--rw={rw}"),
-            format!("--bs={}", self.xfer),
+            format!("--bs={}", self.bs),
             format!("--size={}", self.size),
-            format!("--numjobs={}", self.workers),
+            format!("--numjobs={}", self.numjobs),
             "--ioengine=psync".into(),
             // Page-aligned buffers, as iobench's are: with fio's own
             // placement the kernel's copy out of the page cache ran five
@@ -48,49 +65,49 @@ impl Job {
             "--group_reporting".into(),
             "--output-format=json".into(),
         ];
-        match self.layout {
-            Layout::NToN => a.push("--filename_format=fio.$jobnum".into()),
-            Layout::NTo1 => {
-                a.push("--filename=fio.shared".into());
-                a.push(format!("--offset_increment={}", self.size));
-            }
+        if self.shared_file {
+            a.push("--filename=fio.shared".into());
+            a.push(format!("--offset_increment={}", self.size));
+        } else {
+            a.push("--filename_format=fio.$jobnum".into());
         }
-        if self.fsync && self.op != Op::Read {
+        if self.end_fsync && self.rw != Rw::Read {
             a.push("--end_fsync=1".into());
         }
         a
     }
 }
 
-/// Runs `job` in `dir`; returns fio's bandwidth in MB/s. Files are kept
-/// after a write job for the read job that follows, and removed after it.
+/// Runs `job` in `dir`; fio's bandwidth in 10^6 bytes per second. Files are
+/// kept after a write job for the read job that follows, and removed after
+/// any other.
 pub fn run(dir: &Path, job: &Job) -> anyhow::Result<f64> {
-    let out = Command::new("fio")
+    let out = Command::new(TOOL.program)
         .args(job.args(dir))
         .output()
-        .context("running fio (apt-get install fio)")?;
+        .with_context(|| format!("running fio (apt-get install {})", TOOL.package))?;
     if !out.status.success() {
         bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    if job.op != Op::Write {
+    if job.rw != Rw::Write {
         for e in std::fs::read_dir(dir)?.flatten() {
             if e.file_name().to_string_lossy().starts_with("fio.") {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    bandwidth(&out.stdout, job.op)
+    bandwidth(&out.stdout, job.rw)
 }
 
-/// fio's aggregate bandwidth (MB/s) for `op` from its JSON output.
-pub fn bandwidth(json: &[u8], op: Op) -> anyhow::Result<f64> {
+/// fio's aggregate bandwidth (MB/s) for `rw` from its JSON output.
+pub fn bandwidth(json: &[u8], rw: Rw) -> anyhow::Result<f64> {
     // fio may print notes before the JSON document.
     let start = json
         .iter()
         .position(|&b| b == b'{')
         .context("no JSON from fio")?;
     let v: serde_json::Value = serde_json::from_slice(&json[start..])?;
-    let side = if op == Op::Read { "read" } else { "write" };
+    let side = if rw == Rw::Read { "read" } else { "write" };
     let bw = v["jobs"][0][side]["bw_bytes"]
         .as_f64()
         .context("fio output without bw_bytes")?;
@@ -104,26 +121,26 @@ mod tests {
     #[test]
     fn jobs_match_the_patterns() {
         let j = Job {
-            op: Op::Write,
-            layout: Layout::NTo1,
-            xfer: 4096,
+            rw: Rw::Write,
+            shared_file: true,
+            bs: 4096,
             size: 1 << 20,
-            workers: 3,
-            fsync: true,
+            numjobs: 3,
+            end_fsync: true,
         };
         let a = j.args(Path::new("/d"));
         assert!(a.contains(&"--filename=fio.shared".to_string()));
         assert!(a.contains(&"--offset_increment=1048576".to_string()));
         assert!(a.contains(&"--end_fsync=1".to_string()));
         let r = Job {
-            op: Op::Read,
-            layout: Layout::NToN,
+            rw: Rw::Read,
+            shared_file: false,
             ..j
         };
         let a = r.args(Path::new("/d"));
         assert!(a.iter().any(|x| x.starts_with("--filename_format=")));
         assert!(!a.contains(&"--end_fsync=1".to_string()));
         let json = br#"note: x {"jobs":[{"read":{"bw_bytes":2000000},"write":{"bw_bytes":0}}]}"#;
-        assert_eq!(bandwidth(json, Op::Read).unwrap(), 2.0);
+        assert_eq!(bandwidth(json, Rw::Read).unwrap(), 2.0);
     }
 }

@@ -1,4 +1,5 @@
-//! Command-line options that place a process in the fabric.
+//! Command-line options that more than one command takes: where a process
+//! sits in the fabric, transports, modes and completions as values, sizes.
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
@@ -43,6 +44,30 @@ impl NodeArgs {
         cfg.datagram_mtu = self.mtu;
         cfg
     }
+}
+
+/// Options of a process that another one starts.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ChildArgs {
+    /// Exit when the parent process exits.
+    #[arg(long)]
+    pub exit_with_parent: bool,
+}
+
+impl ChildArgs {
+    /// Asks the kernel to kill this process when its parent exits, if asked.
+    pub fn apply(&self) {
+        if self.exit_with_parent {
+            // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and
+            // touches no memory.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A size such as `4MiB` or `100MB`, in bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_peer(s: &str) -> anyhow::Result<(u32, SocketAddr)> {

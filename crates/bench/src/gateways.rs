@@ -4,47 +4,40 @@
 //! and the stall when a gateway is killed mid-transfer.
 
 use anyhow::{bail, Context};
-use clap::Args as ClapArgs;
 use macrolink_fabric::{clock_ns, Addr, Node, NodeConfig};
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig, SendReport};
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::netns::{enter, in_ns, qdisc_sent, Testbed, ECMP_ADDR, PORT};
+use macrolink_testbed::{require, Peer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 
-use crate::peer::Peer;
-use crate::testbed::{enter, Testbed, ECMP_ADDR, PORT};
+use crate::peers::iperf3;
 
-#[derive(Debug, ClapArgs)]
-pub struct Args {
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Largest number of gateways.
-    #[arg(long, default_value_t = 4)]
-    max: usize,
+    pub max: usize,
     /// MiB per transfer (the failover case too).
-    #[arg(long, default_value_t = 1024)]
-    mib: usize,
+    pub mib: usize,
     /// Rate of each storage-side link (tc syntax).
-    #[arg(long, default_value = "1gbit")]
-    rate: String,
+    pub rate: String,
     /// Seconds per iperf3 run.
-    #[arg(long, default_value_t = 3)]
-    seconds: u32,
+    pub seconds: u32,
     /// Chunks in flight per gateway.
-    #[arg(long, default_value_t = 4)]
-    window: usize,
+    pub window: usize,
     /// Milliseconds between heartbeats to each gateway.
-    #[arg(long, default_value_t = 100)]
-    heartbeat_ms: u64,
+    pub heartbeat_ms: u64,
     /// Unanswered heartbeats in a row that take a gateway out of use.
-    #[arg(long, default_value_t = 3)]
-    misses: u32,
+    pub misses: u32,
     /// Write the rows as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
     /// Draw bandwidth against gateways as a PNG.
-    #[arg(long)]
-    plot: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
 }
 
 /// One row: N gateways.
@@ -101,21 +94,6 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
     }
 }
 
-/// `n` bytes of a fixed pseudo-random pattern (xorshift), for transfers
-/// whose every byte is checked.
-pub fn payload(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut v = vec![0u8; n];
-    for w in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        w.copy_from_slice(&b[..w.len()]);
-    }
-    v
-}
-
 /// What a run of [`striped`] measured.
 #[derive(Debug)]
 pub struct Striped {
@@ -145,33 +123,10 @@ pub fn striped(
     flows: usize,
 ) -> anyhow::Result<Striped> {
     let dir = tempfile::tempdir()?;
-    let _sink = tb.spawn(
-        exe,
-        &tb.storage(),
-        "sink",
-        10,
-        &["--tcp", &format!("0.0.0.0:{PORT}")],
-        dir.path(),
-    )?;
-    let mut gws: Vec<Option<Peer>> = Vec::new();
-    for i in 0..n {
-        // One --peer per storage-side link: the gateway uses them all.
-        let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
-        for a in tb.storage_addrs(i) {
-            args.push("--peer".into());
-            args.push(format!("10={a}"));
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let g = tb.spawn(
-            exe,
-            &tb.gateway(i),
-            "gateway",
-            21 + i as u32,
-            &args,
-            dir.path(),
-        )?;
-        gws.push(Some(g));
-    }
+    let _sink = tb.spawn_sink(exe, 0, dir.path())?;
+    let gws = (0..n)
+        .map(|i| tb.spawn_gateway(exe, i, dir.path()).map(Some))
+        .collect::<anyhow::Result<Vec<Option<Peer>>>>()?;
     let compute = tb.compute();
     let shm = dir.path().join(&compute);
     let addrs: Vec<String> = (0..n).map(|i| tb.gateway_addr(i)).collect();
@@ -184,11 +139,11 @@ pub fn striped(
             enter(&compute)?;
             let mut cfg = NodeConfig::local(1, &shm);
             for (i, a) in addrs.iter().enumerate() {
-                cfg.peers.insert(21 + i as u32, a.parse()?);
+                cfg.peers.insert(tb.gateway_node(i), a.parse()?);
             }
             let node = Node::start(cfg)?;
             let cfg = send_cfg;
-            let targets: Vec<Addr> = (0..n).map(|i| Addr::new(21 + i as u32, 1)).collect();
+            let targets: Vec<Addr> = (0..n).map(|i| Addr::new(tb.gateway_node(i), 1)).collect();
             // `flows` transfers at once, each from its own endpoint and
             // thread (started here, so in the compute namespace too).
             let share = payload.len() / flows.max(1);
@@ -207,7 +162,7 @@ pub fn striped(
                             let r = send(
                                 &mut ep,
                                 targets,
-                                Addr::new(10, 1),
+                                Addr::new(tb.storage_node(0), 1),
                                 f as u64 + 1,
                                 part,
                                 cfg,
@@ -246,7 +201,7 @@ pub fn striped(
                                             ) =>
                                     {
                                         let dev = tb.storage_link(0, *link);
-                                        let _ = crate::testbed::in_ns(
+                                        let _ = in_ns(
                                             &tb.gateway(0),
                                             &["ip", "link", "set", "dev", &dev, "down"],
                                         );
@@ -314,19 +269,6 @@ pub struct LaneCopy {
     pub link_bytes: Vec<u64>,
 }
 
-/// Bytes a qdisc has sent, from `tc -s qdisc show`.
-pub fn qdisc_sent(ns: &str, dev: &str) -> anyhow::Result<u64> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .skip_while(|w| *w != "Sent")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .with_context(|| format!("no Sent in {text}"))
-}
-
 fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
     let rate = stderr
         .lines()
@@ -376,14 +318,8 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
     let mut gateways = Vec::new();
     let mut hosts = String::new();
     for i in 0..n {
-        let mut args = vec!["--tcp".to_string(), tb.gateway_addr(i)];
-        for a in tb.storage_addrs(i) {
-            args.push("--peer".into());
-            args.push(format!("10={a}"));
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let node = 21 + i as u32;
-        gateways.push(tb.spawn(exe, &tb.gateway(i), "gateway", node, &args, dir.path())?);
+        let node = tb.gateway_node(i);
+        gateways.push(tb.spawn_gateway(exe, i, dir.path())?);
         hosts.push_str(&format!(
             "[[host]]\nname = \"gw{i}\"\nrole = \"gateway\"\nnode = {node}\nfabric = \"{}\"\n",
             tb.gateway_addr(i)
@@ -401,7 +337,7 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
             names.join(", ")
         ),
     )?;
-    let data = payload(mib << 20);
+    let data = pattern(mib << 20, 0);
     let src = dir.path().join("src");
     std::fs::write(&src, &data)?;
     let back = dir.path().join("back");
@@ -478,7 +414,7 @@ fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
             (name.to_string(), pts)
         })
         .collect();
-    macrolink_bench::plot::lines_png(
+    crate::plot::lines_png(
         path,
         &format!("one compute host to storage through N gateways ({rate} storage links)"),
         ("gateways", "MB/s"),
@@ -488,57 +424,32 @@ fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
 
 /// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
 fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
-    let mut srv = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &tb.storage(),
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            ECMP_ADDR,
-            "-p",
-            "5201",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &tb.compute(),
-            "iperf3",
-            "-c",
-            ECMP_ADDR,
-            "-p",
-            "5201",
-            "-J",
-        ])
-        .args(["-t", &secs.to_string(), "-P", &flows.to_string()])
-        .output()?;
-    let _ = srv.kill();
-    let _ = srv.wait();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .map(|b| b / 8e6)
-        .context("iperf3: no rate")
+    iperf3::Run {
+        server_ns: Some(&tb.storage()),
+        client_ns: Some(&tb.compute()),
+        addr: ECMP_ADDR,
+        port: 5201,
+        flows,
+        secs,
+    }
+    .mb_per_s()
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+/// Runs the benchmark with gateway processes started from `exe`, and
+/// prints its tables.
+pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
+    if !require::is_root() {
         bail!("the gateway testbed needs root (network namespaces)");
     }
-    let iperf = Command::new("iperf3").arg("-v").output().is_ok();
+    let iperf = iperf3::TOOL.installed();
     if !iperf {
-        eprintln!("iperf3 missing (apt-get install iperf3): the kernel ECMP columns show n.a.");
+        eprintln!(
+            "iperf3 missing (apt-get install {}): the kernel ECMP columns show n.a.",
+            iperf3::TOOL.package
+        );
     }
-    let exe = std::env::current_exe()?;
-    let payload = payload(a.mib << 20);
+    let exe = exe.to_path_buf();
+    let payload = pattern(a.mib << 20, 0);
     let cfg = send_config(a.window, a.heartbeat_ms, a.misses);
     let mut rows: Vec<Row> = Vec::new();
     let mut one = 0.0;
@@ -645,7 +556,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     if let Some(p) = &a.json {
-        macrolink_bench::report::write_json(p, &rows)?;
+        crate::report::write_json(p, &rows)?;
     }
     if let Some(p) = &a.plot {
         plot(p, &rows, one, &a.rate)?;

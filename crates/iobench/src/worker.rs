@@ -3,141 +3,48 @@
 //! the time each phase's create/open, transfer and close took.
 //!
 //! ```text
+//!  coordinator ── setup (JSON: rank, target, client) ──► worker
+//!              ◄── "ready"
 //!  coordinator ── "write n-1 XFER SIZE\n" ──► worker
 //!              ◄── "done OPEN_NS XFER_NS CLOSE_NS BYTES\n" (or "error …")
 //! ```
 
 use anyhow::{bail, Context};
-use clap::Args as ClapArgs;
 use macrolink_files::copy::Location;
 use macrolink_files::data::{self, Discard, Pattern};
 use macrolink_files::proto::{Landing, Shape};
-use macrolink_files::{Client, Moved};
+use macrolink_files::{Client, ClientSetup, Moved};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::files::ClientArgs;
+use crate::phase::{Op, Phase, Times};
 
-/// Arguments of `macrolink iobench-worker`.
-#[derive(Debug, ClapArgs)]
-pub struct Args {
+/// What a worker process is told first, as one JSON line on its standard
+/// input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setup {
     /// This worker's rank, 0..workers.
-    #[arg(long)]
     pub rank: u64,
     /// Directory or ml://host[:port]/dir.
     pub target: String,
-    /// Skip fsync before close.
-    #[arg(long)]
-    pub no_fsync: bool,
-    #[command(flatten)]
-    pub client: ClientArgs,
+    /// fsync written files before closing them.
+    pub fsync: bool,
+    /// How to reach a server.
+    pub client: ClientSetup,
 }
 
-/// The operations of a phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Sequential write.
-    Write,
-    /// Sequential read.
-    Read,
-    /// Writes of `xfer`-byte blocks at random offsets (IOzone's random write).
-    RandWrite,
-}
-
-impl Op {
-    /// Its name in phase lines and tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Write => "write",
-            Op::Read => "read",
-            Op::RandWrite => "randwrite",
-        }
-    }
-}
-
-/// Who touches which file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Layout {
-    /// A file per worker.
-    #[value(name = "n-n")]
-    NToN,
-    /// One shared file, a region per worker.
-    #[value(name = "n-1")]
-    NTo1,
-}
-
-impl Layout {
-    /// Its name in phase lines and tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layout::NToN => "n-n",
-            Layout::NTo1 => "n-1",
-        }
-    }
-
-    /// The file and offset of worker `rank` for `size` bytes each.
-    pub fn place(self, rank: u64, size: u64) -> (String, u64) {
-        match self {
-            Layout::NToN => (format!("iobench.{rank}"), 0),
-            Layout::NTo1 => ("iobench.shared".into(), rank * size),
-        }
-    }
-}
-
-/// One phase's times.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Times {
-    /// Create and open.
-    pub open: Duration,
-    /// The data.
-    pub transfer: Duration,
-    /// fsync and close.
-    pub close: Duration,
-    /// Bytes moved.
-    pub bytes: u64,
-}
-
-impl Times {
-    /// The line a worker answers with.
-    pub fn line(&self) -> String {
-        format!(
-            "done {} {} {} {}",
-            self.open.as_nanos(),
-            self.transfer.as_nanos(),
-            self.close.as_nanos(),
-            self.bytes
-        )
-    }
-
-    /// Parses a worker's answer.
-    pub fn parse(line: &str) -> anyhow::Result<Times> {
-        let mut w = line.split_whitespace();
-        match w.next() {
-            Some("done") => {}
-            Some("error") => bail!("{}", line.trim_start_matches("error").trim()),
-            _ => bail!("worker said {line:?}"),
-        }
-        let mut num = || -> anyhow::Result<u64> { Ok(w.next().context("short answer")?.parse()?) };
-        Ok(Times {
-            open: Duration::from_nanos(num()?),
-            transfer: Duration::from_nanos(num()?),
-            close: Duration::from_nanos(num()?),
-            bytes: num()?,
-        })
-    }
-
-    fn from_moved(m: Moved) -> Times {
-        Times {
-            open: m.open,
-            transfer: m.transfer,
-            close: m.close,
-            bytes: m.bytes,
-        }
+fn times(m: Moved) -> Times {
+    Times {
+        open: m.open,
+        transfer: m.transfer,
+        close: m.close,
+        bytes: m.bytes,
     }
 }
 
@@ -157,11 +64,11 @@ pub enum Target {
 
 impl Target {
     /// Opens `target` (a directory or ml://host/dir).
-    pub fn open(target: &str, client: &ClientArgs) -> anyhow::Result<Target> {
+    pub fn open(target: &str, client: &ClientSetup) -> anyhow::Result<Target> {
         Ok(match target.parse::<Location>()? {
             Location::Local(p) => Target::Local(p),
             Location::Remote { server, path } => {
-                let c = Client::connect(&server, &client.secret.load()?, &client.options()?)?;
+                let c = client.connect(&server)?;
                 Target::Remote {
                     client: Box::new(c),
                     dir: path,
@@ -172,16 +79,18 @@ impl Target {
     }
 }
 
-/// Runs a worker: phases from stdin until it closes.
-pub fn run(a: Args) -> anyhow::Result<()> {
-    let mut target = Target::open(&a.target, &a.client)?;
-    let stdin = std::io::stdin();
+/// Runs a worker process: its [`Setup`] from the first line of standard
+/// input, then phases, one a line, until it closes; an answer a line.
+pub fn serve() -> anyhow::Result<()> {
+    let mut lines = std::io::stdin().lock().lines();
+    let first = lines.next().context("no setup line")??;
+    let setup: Setup = serde_json::from_str(&first).context("the setup line")?;
+    let mut target = Target::open(&setup.target, &setup.client)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")?;
     out.flush()?;
-    for line in stdin.lock().lines() {
-        let line = line?;
-        let answer = match phase(&mut target, a.rank, !a.no_fsync, &line) {
+    for line in lines {
+        let answer = match phase(&mut target, setup.rank, setup.fsync, &line?) {
             Ok(t) => t.line(),
             Err(e) => format!("error {e:#}"),
         };
@@ -191,33 +100,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A phase line: `OP PATTERN XFER SIZE`.
-pub fn phase_line(op: Op, pattern: Layout, xfer: u64, size: u64) -> String {
-    format!("{} {} {xfer} {size}", op.name(), pattern.name())
-}
-
 /// Runs the phase a phase line names, as worker `rank`.
 pub fn phase(target: &mut Target, rank: u64, fsync: bool, line: &str) -> anyhow::Result<Times> {
-    let w: Vec<&str> = line.split_whitespace().collect();
-    let [op, pattern, xfer, size] = w[..] else {
-        bail!("bad phase line {line:?}");
-    };
-    let op = match op {
-        "write" => Op::Write,
-        "read" => Op::Read,
-        "randwrite" => Op::RandWrite,
-        _ => bail!("unknown operation {op}"),
-    };
-    let pattern = match pattern {
-        "n-n" => Layout::NToN,
-        "n-1" => Layout::NTo1,
-        _ => bail!("unknown pattern {pattern}"),
-    };
-    let (xfer, size): (u64, u64) = (xfer.parse()?, size.parse()?);
-    if xfer == 0 {
-        bail!("zero transfer size");
-    }
-    let (name, offset) = pattern.place(rank, size);
+    let Phase {
+        op,
+        layout,
+        xfer,
+        size,
+    } = line.parse()?;
+    let (name, offset) = layout.place(rank, size);
     match target {
         Target::Local(dir) => local(op, &dir.join(name), offset, xfer, size, fsync, rank),
         Target::Remote { client, dir } => {
@@ -326,5 +217,5 @@ fn remote(
         Op::Read => c.get(path, shape, 1, &Discard, &shared, &mut |_, _| Ok(()))?,
         Op::RandWrite => bail!("random writes run against local directories only"),
     };
-    Ok(Times::from_moved(moved))
+    Ok(times(moved))
 }

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::worker::Times;
+use crate::phase::Times;
 
 /// How long a rank waits for the others at one meeting point.
 const PATIENCE: Duration = Duration::from_secs(600);

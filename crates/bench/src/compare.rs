@@ -1,0 +1,315 @@
+//! `macrolink bench compare`: ours and the established tools in one run,
+//! with the ratio of each figure.
+
+use macrolink_fabric::{Completion, Mode, Transport};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::peers::{self, iperf3, sockperf, ucx_perftest};
+use crate::proto::Test;
+use crate::session::Session;
+use crate::sweep;
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Seconds per bandwidth figure.
+    pub seconds: f64,
+    /// Iterations per latency figure.
+    pub iterations: u64,
+}
+
+/// One figure, ours beside the peer's.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// What is measured.
+    pub figure: String,
+    /// Unit of both figures.
+    pub unit: &'static str,
+    /// Our figure.
+    pub ours: Option<f64>,
+    /// The established tool and its figure.
+    pub peer: String,
+    /// Its figure.
+    pub theirs: Option<f64>,
+    /// ours / theirs.
+    pub ratio: Option<f64>,
+    /// What the ratio should be.
+    pub target: String,
+    /// Whether it is.
+    pub met: Option<bool>,
+}
+
+enum Goal {
+    AtMost(f64),
+    AtLeast(f64),
+    Info,
+}
+
+fn row(
+    figure: &str,
+    unit: &'static str,
+    ours: Option<f64>,
+    peer: &str,
+    theirs: Option<f64>,
+    goal: Goal,
+) -> Row {
+    let ratio = match (ours, theirs) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let (target, met) = match goal {
+        Goal::AtMost(x) => (format!("<= {x}"), ratio.map(|r| r <= x)),
+        Goal::AtLeast(x) => (format!(">= {x}"), ratio.map(|r| r >= x)),
+        Goal::Info => ("-".into(), None),
+    };
+    Row {
+        figure: figure.into(),
+        unit,
+        ours,
+        peer: peer.into(),
+        theirs,
+        ratio,
+        target,
+        met,
+    }
+}
+
+/// Single-core memcpy rate of `size`-byte copies, 10^6 B/s.
+fn memcpy_rate(size: usize, secs: f64) -> f64 {
+    let src = vec![1u8; size];
+    let mut dst = vec![0u8; size];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs || n == 0 {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        n += 1;
+    }
+    (n * size as u64) as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// A peer's figure, or `None` with the reason on standard error.
+fn opt(r: anyhow::Result<f64>) -> Option<f64> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("peer run failed: {e:#}");
+            None
+        }
+    }
+}
+
+/// Runs every figure, ours against a target started from `exe`.
+pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
+    let tools = [ucx_perftest::TOOL, iperf3::TOOL, sockperf::TOOL];
+    if let Some(install) = peers::missing(&tools) {
+        eprintln!("peers missing: install them with `{install}`; their rows show n.a.");
+    }
+    let has_ucx = ucx_perftest::TOOL.installed();
+    let has_sockperf = sockperf::TOOL.installed();
+    let mut s = Session::open(exe, None)?;
+    let mut rows = Vec::new();
+    let (n, secs) = (a.iterations, a.seconds);
+    let lat = |s: &mut Session, t, m, size| -> anyhow::Result<f64> {
+        Ok(s.client()
+            .latency(Test::PingPong, t, m, Completion::Poll, size, n)?
+            .usec
+            .median)
+    };
+    let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
+        let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
+        rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
+    };
+    let ucx =
+        |tls: &str, test: &str, size: usize, iters: u64| ucx_perftest::run(tls, test, size, iters);
+
+    eprintln!("shm latency ...");
+    // Sub-microsecond figures move with where the scheduler puts the two
+    // processes: best median of three runs each, interleaved.
+    let (mut ours, mut theirs) = (f64::MAX, None::<f64>);
+    for _ in 0..3 {
+        ours = ours.min(lat(&mut s, Transport::Shm, Mode::Reliable, 8)?);
+        if has_ucx {
+            if let Some(v) = opt(ucx("posix,self", "tag_lat", 8, n * 5).map(|f| f.median_us)) {
+                theirs = Some(theirs.map_or(v, |t| t.min(v)));
+            }
+        }
+    }
+    rows.push(row(
+        "shm 8 B ping-pong, half round trip, polling",
+        "us",
+        Some(ours),
+        "ucx_perftest tag_lat (posix), best of 3",
+        theirs,
+        Goal::AtMost(1.0),
+    ));
+
+    for size in [1_000_000usize, 4_000_000] {
+        eprintln!("shm put {size} B ...");
+        let ours = bw(&mut s, Transport::Shm, Mode::Put, Completion::Poll, size)?.mb_per_s;
+        let iters = ((secs * 20_000_000_000.0 / size as f64) as u64).max(100);
+        let theirs = has_ucx
+            .then(|| opt(ucx("posix,cma,self", "ucp_put_bw", size, iters).map(|f| f.mb_per_s)))
+            .flatten();
+        rows.push(row(
+            &format!("shm put {size} B"),
+            "MB/s",
+            ours,
+            "ucx_perftest ucp_put_bw (posix,cma)",
+            theirs,
+            Goal::AtLeast(0.9),
+        ));
+        let mc = memcpy_rate(size, secs.min(1.0));
+        rows.push(row(
+            &format!("shm put {size} B"),
+            "MB/s",
+            ours,
+            "single-core memcpy",
+            Some(mc),
+            Goal::Info,
+        ));
+    }
+
+    eprintln!("tcp bandwidth ...");
+    let ip = iperf3::TOOL
+        .installed()
+        .then(|| {
+            let run = iperf3::Run {
+                server_ns: None,
+                client_ns: None,
+                addr: "127.0.0.1",
+                port: peers::free_port().unwrap_or(5201),
+                flows: 1,
+                secs: (secs * 2.0).ceil() as u32,
+            };
+            opt(run.mb_per_s())
+        })
+        .flatten();
+    for size in [1_000_000usize, 4_000_000] {
+        let ours = bw(
+            &mut s,
+            Transport::Tcp,
+            Mode::Reliable,
+            Completion::Poll,
+            size,
+        )?
+        .mb_per_s;
+        rows.push(row(
+            &format!("tcp reliable {size} B"),
+            "MB/s",
+            ours,
+            "iperf3, one stream",
+            ip,
+            Goal::AtLeast(1.0),
+        ));
+    }
+    if has_ucx {
+        let ours = bw(
+            &mut s,
+            Transport::Tcp,
+            Mode::Reliable,
+            Completion::Poll,
+            1_000_000,
+        )?
+        .mb_per_s;
+        let iters = (secs * 4000.0) as u64 + 100;
+        let theirs = opt(ucx("tcp", "tag_bw", 1_000_000, iters).map(|f| f.mb_per_s));
+        rows.push(row(
+            "tcp reliable 1000000 B",
+            "MB/s",
+            ours,
+            "ucx_perftest tag_bw (tcp)",
+            theirs,
+            Goal::Info,
+        ));
+        let ours = lat(&mut s, Transport::Tcp, Mode::Reliable, 8)?;
+        let theirs = opt(ucx("tcp", "tag_lat", 8, n).map(|f| f.median_us));
+        rows.push(row(
+            "tcp 8 B ping-pong, half round trip",
+            "us",
+            Some(ours),
+            "ucx_perftest tag_lat (tcp)",
+            theirs,
+            Goal::Info,
+        ));
+    }
+
+    eprintln!("tcp and udp latency ...");
+    for (t, m, udp, figure, peer) in [
+        (
+            Transport::Tcp,
+            Mode::Reliable,
+            false,
+            "tcp 64 B ping-pong, half round trip",
+            "sockperf pp --tcp (median)",
+        ),
+        (
+            Transport::Udp,
+            Mode::Datagram,
+            true,
+            "udp 64 B ping-pong, half round trip",
+            "sockperf pp (udp, median)",
+        ),
+    ] {
+        let ours = lat(&mut s, t, m, 64)?;
+        let theirs = has_sockperf
+            .then(|| opt(sockperf::ping_pong(udp, 64, secs * 2.0)))
+            .flatten();
+        rows.push(row(
+            figure,
+            "us",
+            Some(ours),
+            peer,
+            theirs,
+            Goal::AtMost(1.1),
+        ));
+    }
+
+    eprintln!("wait-mode CPU ...");
+    for (t, m) in [
+        (Transport::Shm, Mode::Put),
+        (Transport::Shm, Mode::Reliable),
+        (Transport::Tcp, Mode::Put),
+        (Transport::Tcp, Mode::Reliable),
+    ] {
+        let r = bw(&mut s, t, m, Completion::Wait, 1_000_000)?;
+        rows.push(row(
+            &format!("{t} {m} 1 MB, waiting target CPU"),
+            "%",
+            r.cpu_target,
+            "10% (papers' event-driven column)",
+            Some(10.0),
+            Goal::AtMost(1.0),
+        ));
+    }
+    Ok(rows)
+}
+
+/// The table.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<46} {:>5} {:>10}  {:<38} {:>10} {:>7} {:>6} {:>4}\n",
+        "figure", "unit", "ours", "beside", "theirs", "ratio", "target", "met"
+    );
+    let f = |v: Option<f64>| v.map_or("n.a.".into(), |x| format!("{x:.2}"));
+    for r in rows {
+        s += &format!(
+            "{:<46} {:>5} {:>10}  {:<38} {:>10} {:>7} {:>6} {:>4}\n",
+            r.figure,
+            r.unit,
+            f(r.ours),
+            r.peer,
+            f(r.theirs),
+            f(r.ratio),
+            r.target,
+            match r.met {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "",
+            }
+        );
+    }
+    s
+}

@@ -1,0 +1,83 @@
+//! A benchmark session: a target (`macrolink bench serve`) that this
+//! process starts on this host, or one that runs on another host, and the
+//! initiator's node and client facing it.
+//!
+//! ```text
+//!   Session::open(exe, None)       ── spawns `macrolink bench serve --node 2`, reads its ready line
+//!   Session::open(exe, Some(addr)) ── a target elsewhere, started with `--listen`
+//!   drop                           ── Quit, then the child has 2 s to exit before it is killed
+//! ```
+
+use macrolink_fabric::{Node, NodeConfig};
+use macrolink_testbed::Peer;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::client::Client;
+
+/// Node id of the target of a session.
+pub const TARGET_NODE: u32 = 2;
+
+/// A target and the initiator's client.
+#[derive(Debug)]
+pub struct Session {
+    client: Option<Client>,
+    target: Option<Peer>,
+    _node: Node,
+    dir: Option<PathBuf>,
+}
+
+impl Session {
+    /// Starts a target (the binary `exe`, unless `connect` names one
+    /// elsewhere) and the initiator.
+    pub fn open(exe: &Path, connect: Option<SocketAddr>) -> anyhow::Result<Session> {
+        let (target, dir, tcp) = match connect {
+            Some(a) => (None, None, a),
+            None => {
+                let dir =
+                    std::env::temp_dir().join(format!("macrolink-bench-{}", std::process::id()));
+                std::fs::create_dir_all(&dir)?;
+                let p = Peer::spawn_role(exe, "bench serve", TARGET_NODE, &dir, &[])?;
+                let tcp = p.tcp;
+                (Some(p), Some(dir), tcp)
+            }
+        };
+        let mut cfg = NodeConfig::local(
+            1,
+            dir.clone()
+                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+        );
+        if connect.is_some() {
+            cfg.shm_dir = None;
+        }
+        cfg.peers.insert(TARGET_NODE, tcp);
+        let node = Node::start(cfg)?;
+        let client = Client::new(&node, TARGET_NODE)?;
+        Ok(Session {
+            client: Some(client),
+            target,
+            _node: node,
+            dir,
+        })
+    }
+
+    /// The initiator.
+    pub fn client(&mut self) -> &mut Client {
+        self.client.as_mut().expect("the client lives until drop")
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.quit();
+        }
+        if let Some(mut t) = self.target.take() {
+            t.wait_exit(Duration::from_secs(2));
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The papers' tables as sweeps over the cross product of what is asked:
+//! transports × modes × completions × sizes for bandwidth, tests ×
+//! transports × sizes for latency; one row each, with a progress bar.
+
+use anyhow::bail;
+use macrolink_fabric::{Completion, Mode, Transport};
+
+use crate::client::{BwSpec, Client};
+use crate::progress::bar;
+use crate::proto::Test;
+use crate::report::{BreakdownRow, BwRow, LatRow, OneWayRow};
+
+/// A bandwidth sweep.
+#[derive(Clone, Debug)]
+pub struct Bandwidth {
+    /// Transports.
+    pub transports: Vec<Transport>,
+    /// Modes.
+    pub modes: Vec<Mode>,
+    /// Completion of both sides.
+    pub completions: Vec<Completion>,
+    /// Message sizes (empty: the papers' sizes).
+    pub sizes: Vec<usize>,
+    /// Puts in flight.
+    pub window: usize,
+    /// Seconds per size (the count is picked from a warm-up run).
+    pub seconds: f64,
+    /// Messages per size instead of a duration.
+    pub count: Option<u64>,
+}
+
+impl Bandwidth {
+    /// One transport, mode, completion and size, run for `seconds`.
+    pub fn one(t: Transport, m: Mode, c: Completion, size: usize, seconds: f64) -> Bandwidth {
+        Bandwidth {
+            transports: vec![t],
+            modes: vec![m],
+            completions: vec![c],
+            sizes: vec![size],
+            window: 16,
+            seconds,
+            count: None,
+        }
+    }
+
+    /// Runs it; a row per point.
+    pub fn run(&self, client: &mut Client) -> anyhow::Result<Vec<BwRow>> {
+        let sizes = if self.sizes.is_empty() {
+            crate::PAPER_SIZES.to_vec()
+        } else {
+            self.sizes.clone()
+        };
+        let mut plan = Vec::new();
+        for &t in &self.transports {
+            for &m in &self.modes {
+                if t == Transport::Udp && m != Mode::Datagram {
+                    bail!("udp carries datagram mode only");
+                }
+                for &c in &self.completions {
+                    for &size in &sizes {
+                        plan.push((t, m, c, size));
+                    }
+                }
+            }
+        }
+        let pb = bar(plan.len() as u64);
+        let mut rows = Vec::new();
+        for (transport, mode, completion, size) in plan {
+            pb.set_message(format!("{transport} {mode} {size} B"));
+            let mut spec = BwSpec {
+                transport,
+                mode,
+                completion,
+                size,
+                count: 0,
+                window: self.window,
+            };
+            spec.count = match self.count {
+                Some(c) => c,
+                None => client.calibrate(spec, self.seconds)?,
+            };
+            rows.push(client.bandwidth(spec)?);
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        Ok(rows)
+    }
+}
+
+/// A latency sweep (IMB's patterns).
+#[derive(Clone, Debug)]
+pub struct Latency {
+    /// PingPong, PingPing, SendRecv, Exchange.
+    pub tests: Vec<Test>,
+    /// Transports.
+    pub transports: Vec<Transport>,
+    /// Datagram or reliable.
+    pub mode: Mode,
+    /// Completion of both sides.
+    pub completion: Completion,
+    /// Message sizes.
+    pub sizes: Vec<usize>,
+    /// Iterations per size.
+    pub count: u64,
+}
+
+impl Latency {
+    /// Runs it; a row per point.
+    pub fn run(&self, client: &mut Client) -> anyhow::Result<Vec<LatRow>> {
+        let pb = bar((self.tests.len() * self.transports.len() * self.sizes.len()) as u64);
+        let mut rows = Vec::new();
+        for &test in &self.tests {
+            for &t in &self.transports {
+                for &size in &self.sizes {
+                    pb.set_message(format!("{test:?} {t} {size} B"));
+                    rows.push(client.latency(
+                        test,
+                        t,
+                        self.mode,
+                        self.completion,
+                        size,
+                        self.count,
+                    )?);
+                    pb.inc(1);
+                }
+            }
+        }
+        pb.finish_and_clear();
+        Ok(rows)
+    }
+}
+
+/// One-way latency of each transport and size.
+pub fn oneway(
+    client: &mut Client,
+    transports: &[Transport],
+    sizes: &[usize],
+    count: u64,
+) -> anyhow::Result<Vec<OneWayRow>> {
+    let mut rows = Vec::new();
+    for &t in transports {
+        for &size in sizes {
+            rows.push(client.oneway(t, size, count)?);
+        }
+    }
+    Ok(rows)
+}
+
+/// DP-II's latency breakdown of each transport and size.
+pub fn breakdown(
+    client: &mut Client,
+    transports: &[Transport],
+    sizes: &[usize],
+    count: u64,
+) -> anyhow::Result<Vec<BreakdownRow>> {
+    let mut rows = Vec::new();
+    for &t in transports {
+        for &size in sizes {
+            rows.push(client.breakdown(t, size, count)?);
+        }
+    }
+    Ok(rows)
+}

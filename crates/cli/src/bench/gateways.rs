@@ -1,0 +1,51 @@
+//! `macrolink bench gateways`.
+
+use clap::Args as ClapArgs;
+use macrolink_bench::gateways::{self, Options};
+use std::path::PathBuf;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Largest number of gateways.
+    #[arg(long, default_value_t = 4)]
+    max: usize,
+    /// MiB per transfer (the failover case too).
+    #[arg(long, default_value_t = 1024)]
+    mib: usize,
+    /// Rate of each storage-side link (tc syntax).
+    #[arg(long, default_value = "1gbit")]
+    rate: String,
+    /// Seconds per iperf3 run.
+    #[arg(long, default_value_t = 3)]
+    seconds: u32,
+    /// Chunks in flight per gateway.
+    #[arg(long, default_value_t = 4)]
+    window: usize,
+    /// Milliseconds between heartbeats to each gateway.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Unanswered heartbeats in a row that take a gateway out of use.
+    #[arg(long, default_value_t = 3)]
+    misses: u32,
+    /// Write the rows as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw bandwidth against gateways as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let opts = Options {
+        max: a.max,
+        mib: a.mib,
+        rate: a.rate,
+        seconds: a.seconds,
+        window: a.window,
+        heartbeat_ms: a.heartbeat_ms,
+        misses: a.misses,
+        json: a.json,
+        plot: a.plot,
+    };
+    gateways::run(&std::env::current_exe()?, &opts)
+}

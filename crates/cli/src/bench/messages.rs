@@ -1,0 +1,245 @@
+//! `macrolink bench bw`, `lat`, `oneway`, `breakdown` and `serve`: the
+//! messaging tables, against a target this process starts or one on
+//! another host.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use macrolink_bench::client::Client;
+use macrolink_bench::proto::Test;
+use macrolink_bench::report;
+use macrolink_bench::server::Server;
+use macrolink_bench::session::{Session, TARGET_NODE};
+use macrolink_bench::sweep;
+use macrolink_fabric::{Node, Transport};
+use macrolink_testbed::ready::Line;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::args::{ChildArgs, CompletionArg, ModeArg, NodeArgs, TransportArg};
+
+/// Where the other side is.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Peer {
+    /// The target runs elsewhere, started there with `--listen ADDR`.
+    #[arg(long, conflicts_with = "listen")]
+    connect: Option<SocketAddr>,
+    /// Be the target of another host's runs, on this TCP address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Write the rows as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the rows as CSV.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct BwArgs {
+    #[command(flatten)]
+    peer: Peer,
+    /// Transports to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm")]
+    transport: Vec<TransportArg>,
+    /// Modes to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "reliable")]
+    mode: Vec<ModeArg>,
+    /// Completion of both sides.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "poll")]
+    completion: Vec<CompletionArg>,
+    /// Message sizes in bytes (default: the papers' rows, 10 B to 4 MB).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Puts in flight.
+    #[arg(long, default_value_t = 16)]
+    window: usize,
+    /// Seconds per size (the count is picked from a warm-up run).
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
+    /// Messages per size instead of a duration.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Draw MB/s over size as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct LatArgs {
+    #[command(flatten)]
+    peer: Peer,
+    /// Patterns to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ping-pong")]
+    pattern: Vec<Pattern>,
+    /// Transports.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm")]
+    transport: Vec<TransportArg>,
+    /// Mode (datagram or reliable).
+    #[arg(long, value_enum, default_value = "reliable")]
+    mode: ModeArg,
+    /// Completion of both sides.
+    #[arg(long, value_enum, default_value = "poll")]
+    completion: CompletionArg,
+    /// Message sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "8,1000,65536,1000000")]
+    sizes: Vec<usize>,
+    /// Iterations per size.
+    #[arg(long, default_value_t = 2000)]
+    count: u64,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct OneArgs {
+    #[command(flatten)]
+    peer: Peer,
+    /// Transports.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm,tcp")]
+    transport: Vec<TransportArg>,
+    /// Message sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "1,1500")]
+    sizes: Vec<usize>,
+    /// Messages per size.
+    #[arg(long, default_value_t = 2000)]
+    count: u64,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    child: ChildArgs,
+}
+
+/// IMB-style latency patterns.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Pattern {
+    PingPong,
+    PingPing,
+    SendRecv,
+    Exchange,
+}
+
+impl From<Pattern> for Test {
+    fn from(p: Pattern) -> Test {
+        match p {
+            Pattern::PingPong => Test::PingPong,
+            Pattern::PingPing => Test::PingPing,
+            Pattern::SendRecv => Test::SendRecv,
+            Pattern::Exchange => Test::Exchange,
+        }
+    }
+}
+
+/// A target this process started on this host, or one elsewhere.
+fn save<T: Serialize>(peer: &Peer, rows: &[T]) -> anyhow::Result<()> {
+    if let Some(p) = &peer.json {
+        report::write_json(p, rows).with_context(|| p.display().to_string())?;
+    }
+    if let Some(p) = &peer.csv {
+        report::write_csv(p, rows).with_context(|| p.display().to_string())?;
+    }
+    Ok(())
+}
+
+/// `--listen`: serve another host's runs instead of running any here.
+fn listening(peer: &Peer) -> Option<ServeArgs> {
+    let addr = peer.listen?;
+    Some(ServeArgs {
+        node: NodeArgs {
+            node: TARGET_NODE,
+            shm_dir: None,
+            tcp: addr,
+            udp: addr.ip(),
+            peers: Vec::new(),
+            mtu: macrolink_fabric::DEFAULT_MTU,
+        },
+        child: ChildArgs {
+            exit_with_parent: false,
+        },
+    })
+}
+
+/// Where the runs go: a target this process starts, or one elsewhere.
+fn session(peer: &Peer) -> anyhow::Result<Session> {
+    Session::open(&std::env::current_exe()?, peer.connect)
+}
+
+fn transports(t: &[TransportArg]) -> Vec<Transport> {
+    t.iter().map(|&t| t.into()).collect()
+}
+
+pub fn bw(a: BwArgs) -> anyhow::Result<()> {
+    if let Some(s) = listening(&a.peer) {
+        return serve(s);
+    }
+    let plan = sweep::Bandwidth {
+        transports: transports(&a.transport),
+        modes: a.mode.iter().map(|&m| m.into()).collect(),
+        completions: a.completion.iter().map(|&c| c.into()).collect(),
+        sizes: a.sizes.clone(),
+        window: a.window,
+        seconds: a.seconds,
+        count: a.count,
+    };
+    let rows = plan.run(session(&a.peer)?.client())?;
+    print!("{}", report::bw_table(&rows));
+    save(&a.peer, &rows)?;
+    if let Some(p) = &a.plot {
+        macrolink_bench::plot::bandwidth_png(p, "macrolink bandwidth", &rows)?;
+        println!("plot: {}", p.display());
+    }
+    Ok(())
+}
+
+pub fn lat(a: LatArgs) -> anyhow::Result<()> {
+    if let Some(s) = listening(&a.peer) {
+        return serve(s);
+    }
+    let plan = sweep::Latency {
+        tests: a.pattern.iter().map(|&p| p.into()).collect(),
+        transports: transports(&a.transport),
+        mode: a.mode.into(),
+        completion: a.completion.into(),
+        sizes: a.sizes.clone(),
+        count: a.count,
+    };
+    let rows = plan.run(session(&a.peer)?.client())?;
+    print!("{}", report::lat_table(&rows));
+    save(&a.peer, &rows)
+}
+
+/// A run per transport and size, its rows printed by `table`.
+type PerSize<R> = fn(&mut Client, &[Transport], &[usize], u64) -> anyhow::Result<Vec<R>>;
+
+fn per_size<R: Serialize>(
+    a: OneArgs,
+    run: PerSize<R>,
+    table: fn(&[R]) -> String,
+) -> anyhow::Result<()> {
+    if let Some(s) = listening(&a.peer) {
+        return serve(s);
+    }
+    let mut s = session(&a.peer)?;
+    let rows = run(s.client(), &transports(&a.transport), &a.sizes, a.count)?;
+    print!("{}", table(&rows));
+    save(&a.peer, &rows)
+}
+
+pub fn oneway(a: OneArgs) -> anyhow::Result<()> {
+    per_size(a, sweep::oneway, report::oneway_table)
+}
+
+pub fn breakdown(a: OneArgs) -> anyhow::Result<()> {
+    per_size(a, sweep::breakdown, report::breakdown_table)
+}
+
+pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    a.child.apply();
+    let node = Node::start(a.node.config())?;
+    let mut server = Server::new(&node, 4 << 20)?;
+    Line::node(node.id(), node.tcp_addr()).print()?;
+    server.serve()?;
+    Ok(())
+}

@@ -1,0 +1,48 @@
+//! `macrolink bench`: the papers' tables, measured here, beside the
+//! established tools.
+
+mod compare;
+mod files;
+mod gateways;
+mod messages;
+
+use clap::{Args as ClapArgs, Subcommand};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Unidirectional bandwidth per message size, with CPU % of both sides.
+    Bw(messages::BwArgs),
+    /// Latency: PingPong, PingPing, SendRecv, Exchange.
+    Lat(messages::LatArgs),
+    /// One-way latency, with the clock offset estimate and its error bound.
+    Oneway(messages::OneArgs),
+    /// DP-II latency breakdown: T_startup + T_send + T_net + T_delivery.
+    Breakdown(messages::OneArgs),
+    /// Ours beside ucx_perftest, iperf3 and sockperf, with ratios.
+    Compare(compare::Args),
+    /// Through 1..N gateways in network namespaces, beside kernel ECMP (root).
+    Gateways(gateways::Args),
+    /// `macrolink cp` beside xrdcp (xrootd) and cp, same files, same run.
+    Files(files::Args),
+    /// The target side, for runs between two hosts (`--connect` on the other).
+    Serve(messages::ServeArgs),
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Bw(a) => messages::bw(a),
+        BenchCommand::Lat(a) => messages::lat(a),
+        BenchCommand::Oneway(a) => messages::oneway(a),
+        BenchCommand::Breakdown(a) => messages::breakdown(a),
+        BenchCommand::Serve(a) => messages::serve(a),
+        BenchCommand::Compare(a) => compare::run(a),
+        BenchCommand::Gateways(a) => gateways::run(a),
+        BenchCommand::Files(a) => files::run(a),
+    }
+}

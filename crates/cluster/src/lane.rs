@@ -1,0 +1,13 @@
+//! IO lanes (PaScal): the gateways that serve a set of storage hosts.
+
+use serde::Deserialize;
+
+/// A group of gateways serving a set of storage hosts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lane {
+    /// Gateway host names.
+    pub gateways: Vec<String>,
+    /// Storage host names.
+    pub storage: Vec<String>,
+}

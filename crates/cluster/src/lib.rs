@@ -1,0 +1,318 @@
+//! The cluster file as plain data: the hosts of a cluster, their roles and
+//! addresses, the IO lanes that join compute hosts to storage, and the
+//! settings of the gateway protocol. The same file drives `macrolink up`
+//! (every host a process on one machine) and `macrolink node` (one host of a
+//! real deployment, found by name or by the launcher's rank).
+//!
+//! ```text
+//!   cluster.toml ──parse──► Cluster ──check──► hosts, lanes, settings
+//!                                               │
+//!        macrolink up / node ◄──────────────────┤ which host am I (me)
+//!        gateways            ◄── storage_peers ─┤ where to forward
+//!        compute hosts, cp   ◄── lane_of ───────┘ which gateways to use
+//! ```
+//!
+//! This crate knows no service: it holds what the file says, with typed
+//! errors for what is wrong with it. A setting the file leaves out stays
+//! `None`, and the service that reads it supplies its own default. New kinds
+//! of table (segments joined by range-extension relays, macro-clusters with
+//! their managers) come in as modules of their own beside `lane`.
+#![forbid(unsafe_code)]
+
+mod error;
+mod host;
+mod lane;
+mod settings;
+
+pub use error::Error;
+pub use host::{Host, Role};
+pub use lane::Lane;
+pub use settings::{HealthSettings, StripeSettings};
+
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The embedded default cluster (`examples/clusters/local.toml`): a compute
+/// host, two gateways and a storage host with its file service, on loopback.
+pub const DEFAULT: &str = include_str!("../../../examples/clusters/local.toml");
+
+/// Launchers' rank variables, in the order they are looked at.
+const RANK_VARS: [&str; 3] = ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
+
+/// A whole cluster file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Hosts.
+    #[serde(rename = "host", default)]
+    pub hosts: Vec<Host>,
+    /// IO lanes.
+    #[serde(rename = "lane", default)]
+    pub lanes: Vec<Lane>,
+    /// Dead-gateway detection.
+    #[serde(default)]
+    pub health: HealthSettings,
+    /// Striping of transfers over gateways.
+    #[serde(default)]
+    pub stripe: StripeSettings,
+}
+
+impl Cluster {
+    /// Reads and checks a cluster file.
+    pub fn load(path: &Path) -> Result<Cluster, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Cluster::parse(&text)
+    }
+
+    /// The embedded default cluster.
+    pub fn embedded() -> Cluster {
+        Cluster::parse(DEFAULT).expect("the embedded cluster file is valid")
+    }
+
+    /// Parses and checks cluster text.
+    pub fn parse(text: &str) -> Result<Cluster, Error> {
+        let c: Cluster = toml::from_str(text)?;
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let positive = [
+            ("health", "interval_ms", self.health.interval_ms == Some(0)),
+            ("health", "misses", self.health.misses == Some(0)),
+            ("stripe", "chunk_kib", self.stripe.chunk_kib == Some(0)),
+            ("stripe", "window", self.stripe.window == Some(0)),
+            ("stripe", "rto_ms", self.stripe.rto_ms == Some(0)),
+        ];
+        if let Some((section, key, _)) = positive.into_iter().find(|p| p.2) {
+            return Err(Error::NotPositive { section, key });
+        }
+        let mut names = HashSet::new();
+        let mut ids = HashSet::new();
+        for h in &self.hosts {
+            if !names.insert(h.name.as_str()) {
+                return Err(Error::DuplicateName(h.name.clone()));
+            }
+            if !ids.insert(h.node) {
+                return Err(Error::DuplicateNode(h.node));
+            }
+            if (h.files.is_some() || h.export.is_some()) && h.role != Role::Storage {
+                return Err(Error::FilesNotOnStorage(h.name.clone()));
+            }
+            if h.listen().is_none() {
+                return Err(Error::NoAddress {
+                    name: h.name.clone(),
+                    role: h.role,
+                });
+            }
+        }
+        for (i, l) in self.lanes.iter().enumerate() {
+            if l.gateways.is_empty() || l.storage.is_empty() {
+                return Err(Error::EmptyLane(i));
+            }
+            for (names, want) in [(&l.gateways, Role::Gateway), (&l.storage, Role::Storage)] {
+                for n in names {
+                    match self.host(n) {
+                        Some(h) if h.role == want => {}
+                        Some(h) => {
+                            return Err(Error::WrongRole {
+                                lane: i,
+                                name: n.clone(),
+                                is: h.role,
+                                want,
+                            })
+                        }
+                        None => {
+                            return Err(Error::NoHost {
+                                context: format!("lane {i}: "),
+                                name: n.clone(),
+                            })
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The host with that name.
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The hosts of one role, in file order.
+    pub fn with_role(&self, role: Role) -> impl Iterator<Item = &Host> {
+        self.hosts.iter().filter(move |h| h.role == role)
+    }
+
+    /// This process's host: by `name`, or by the launcher's rank variable
+    /// (Slurm, Open MPI, PMI) as an index into the hosts.
+    pub fn me(&self, name: Option<&str>) -> Result<&Host, Error> {
+        self.me_from(name, |v| std::env::var(v).ok())
+    }
+
+    /// As [`me`](Self::me), with the environment given.
+    pub fn me_from(
+        &self,
+        name: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<&Host, Error> {
+        if let Some(n) = name {
+            return self.host(n).ok_or_else(|| Error::NoHost {
+                context: String::new(),
+                name: n.to_string(),
+            });
+        }
+        for var in RANK_VARS {
+            if let Some(value) = env(var) {
+                let rank: usize = value.parse().map_err(|_| Error::BadRank { var, value })?;
+                return self.hosts.get(rank).ok_or(Error::RankPastHosts {
+                    var,
+                    rank,
+                    hosts: self.hosts.len(),
+                });
+            }
+        }
+        Err(Error::WhichHost)
+    }
+
+    /// The lane whose gateways serve storage host `storage`.
+    pub fn lane_of(&self, storage: &str) -> Option<&Lane> {
+        self.lanes
+            .iter()
+            .find(|l| l.storage.iter().any(|s| s == storage))
+    }
+
+    /// The gateway hosts of a lane, in its order.
+    pub fn gateways_of<'a>(&'a self, lane: &'a Lane) -> impl Iterator<Item = &'a Host> + 'a {
+        lane.gateways.iter().filter_map(|g| self.host(g))
+    }
+
+    /// Where gateway `gw` forwards to: each storage host of every lane it
+    /// serves, as (node id, address it listens on).
+    pub fn storage_peers(&self, gw: &Host) -> Vec<(u32, SocketAddr)> {
+        self.lanes
+            .iter()
+            .filter(|l| l.gateways.contains(&gw.name))
+            .flat_map(|l| l.storage.iter().filter_map(|s| self.host(s)))
+            .filter_map(|s| Some((s.node, s.listen()?)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = "[[host]]\nname = 'a'\nrole = 'compute'\nnode = 1\nfabric = '127.0.0.1:1'\n";
+
+    #[test]
+    fn the_embedded_default_parses() {
+        let c = Cluster::embedded();
+        assert_eq!(c.hosts.len(), 4);
+        let lane = c.lane_of("store0").unwrap();
+        assert_eq!(lane.gateways, ["gw0", "gw1"]);
+        let gws: Vec<u32> = c.gateways_of(lane).map(|g| g.node).collect();
+        assert_eq!(gws, [21, 22]);
+        assert_eq!(c.me(Some("gw1")).unwrap().node, 22);
+        let gw0 = c.host("gw0").unwrap();
+        assert_eq!(
+            c.storage_peers(gw0),
+            [(10, "127.0.0.1:7110".parse().unwrap())]
+        );
+        assert_eq!(c.with_role(Role::Gateway).count(), 2);
+        assert_eq!(c.health.misses, Some(3));
+        assert_eq!(c.stripe.window, Some(4));
+    }
+
+    #[test]
+    fn settings_left_out_stay_unset_and_zero_is_refused() {
+        let c = Cluster::parse(ONE).unwrap();
+        assert_eq!(c.health, HealthSettings::default());
+        assert_eq!(c.stripe, StripeSettings::default());
+        let text = format!(
+            "{ONE}[health]\ninterval_ms = 20\nmisses = 2\n[stripe]\nchunk_kib = 256\nwindow = 8\n"
+        );
+        let c = Cluster::parse(&text).unwrap();
+        assert_eq!((c.health.interval_ms, c.health.misses), (Some(20), Some(2)));
+        assert_eq!(
+            (c.stripe.chunk_kib, c.stripe.window, c.stripe.rto_ms),
+            (Some(256), Some(8), None)
+        );
+        for (table, key) in [
+            ("health", "misses"),
+            ("health", "interval_ms"),
+            ("stripe", "rto_ms"),
+        ] {
+            let e = Cluster::parse(&format!("{ONE}[{table}]\n{key} = 0\n")).unwrap_err();
+            assert_eq!(e.to_string(), format!("[{table}] {key} must be positive"));
+        }
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        let cases = [
+            ("[[host]]\nname='a'\nrole='router'\nnode=1\nfabric='127.0.0.1:1'", "unknown variant"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1", "no address"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[host]]\nname='a'\nrole='gateway'\nnode=2\nfabric='127.0.0.1:2'", "appears twice"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[host]]\nname='b'\nrole='gateway'\nnode=1\nfabric='127.0.0.1:2'", "node id 1 appears twice"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\nfiles='127.0.0.1:3'", "only storage hosts"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[lane]]\ngateways=['a']\nstorage=['b']", "not Gateway"),
+            ("[[lane]]\ngateways=['x']\nstorage=['y']", "lane 0: no host named \"x\""),
+            ("[[lane]]\ngateways=[]\nstorage=['y']", "at least one gateway"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='not an address'", "invalid socket address"),
+            ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\ncolour='red'", "unknown field"),
+        ];
+        for (text, want) in cases {
+            let err = Cluster::parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_host_is_found_by_name_or_by_the_launchers_rank() {
+        let c = Cluster::embedded();
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |v: &str| pairs.iter().find(|p| p.0 == v).map(|p| p.1.to_string())
+        };
+        assert_eq!(
+            c.me_from(None, env(&[("SLURM_PROCID", "3")])).unwrap().name,
+            "store0"
+        );
+        assert_eq!(
+            c.me_from(
+                None,
+                env(&[("PMI_RANK", "1"), ("OMPI_COMM_WORLD_RANK", "2")])
+            )
+            .unwrap()
+            .name,
+            "gw1",
+            "Open MPI's variable is looked at before PMI's"
+        );
+        assert_eq!(
+            c.me_from(Some("gw0"), env(&[("SLURM_PROCID", "3")]))
+                .unwrap()
+                .name,
+            "gw0"
+        );
+        let msg = |r: Result<&Host, Error>| r.unwrap_err().to_string();
+        assert_eq!(
+            msg(c.me_from(None, env(&[("SLURM_PROCID", "9")]))),
+            "SLURM_PROCID=9 but the file has 4 hosts"
+        );
+        assert_eq!(
+            msg(c.me_from(None, env(&[("PMI_RANK", "x")]))),
+            "PMI_RANK=x is not a rank"
+        );
+        assert!(msg(c.me_from(None, env(&[]))).contains("--host"));
+        assert_eq!(
+            msg(c.me_from(Some("nope"), env(&[]))),
+            "no host named \"nope\""
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! How a client process reaches file servers: where the shared secret
+//! comes from, which data path it may use, and the cluster file that names
+//! storage hosts and their lanes. Plain data, so that a command can pass it
+//! on to worker processes it starts.
+//!
+//! ```text
+//!   ClientSetup ──secret()──► Secret          (--secret-file, MACROLINK_SECRET)
+//!               ──options()─► ClientOptions   (shm dir, --no-shm, cluster hosts and lanes)
+//!               ──connect(server)──► Client
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+use crate::auth::Secret;
+use crate::client::{Client, ClientOptions};
+use crate::error::Error;
+use crate::lane;
+
+/// Environment variable that may hold the secret itself.
+pub const SECRET_VAR: &str = "MACROLINK_SECRET";
+/// Environment variable that may name a file holding the secret.
+pub const SECRET_FILE_VAR: &str = "MACROLINK_SECRET_FILE";
+
+/// A client's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientSetup {
+    /// File holding the shared secret; without it, `MACROLINK_SECRET`.
+    pub secret_file: Option<PathBuf>,
+    /// Move data over TCP even when the server shares this host's memory.
+    pub no_shm: bool,
+    /// Directory where fabric nodes of this host meet (default: the
+    /// fabric's).
+    pub shm_dir: Option<PathBuf>,
+    /// Cluster file: storage hosts by name, and the gateways of their lanes.
+    pub cluster: Option<PathBuf>,
+}
+
+impl ClientSetup {
+    /// The shared secret.
+    pub fn secret(&self) -> Result<Secret, Error> {
+        load_secret(self.secret_file.as_deref())
+    }
+
+    /// The client options these settings make.
+    pub fn options(&self) -> Result<ClientOptions, Error> {
+        let mut opts = ClientOptions {
+            shm_dir: self
+                .shm_dir
+                .clone()
+                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+            no_shm: self.no_shm,
+            ..ClientOptions::default()
+        };
+        if let Some(p) = &self.cluster {
+            let c = macrolink_cluster::Cluster::load(p)
+                .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
+            lane::add_routes(&c, &mut opts);
+        }
+        Ok(opts)
+    }
+
+    /// A client of `server` (`host:port`, or a host name of the cluster file).
+    pub fn connect(&self, server: &str) -> Result<Client, Error> {
+        Client::connect(server, &self.secret()?, &self.options()?)
+    }
+}
+
+/// The shared secret: from `file`, else the file `MACROLINK_SECRET_FILE`
+/// names, else `MACROLINK_SECRET` itself.
+pub fn load_secret(file: Option<&Path>) -> Result<Secret, Error> {
+    let from_env = std::env::var_os(SECRET_FILE_VAR).map(PathBuf::from);
+    let bytes = match (
+        file.map(Path::to_path_buf).or(from_env),
+        std::env::var_os(SECRET_VAR),
+    ) {
+        (Some(p), _) => std::fs::read(&p).map_err(|e| Error::local(p.display(), e))?,
+        (None, Some(s)) => s.into_encoded_bytes(),
+        (None, None) => {
+            return Err(Error::Usage(format!(
+                "no secret: give --secret-file FILE or set {SECRET_VAR}"
+            )))
+        }
+    };
+    Secret::new(&bytes).map_err(|e| Error::Usage(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_file_names_hosts_and_their_lanes() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("c.toml");
+        std::fs::write(&file, macrolink_cluster::DEFAULT).unwrap();
+        let setup = ClientSetup {
+            cluster: Some(file),
+            no_shm: true,
+            ..ClientSetup::default()
+        };
+        let o = setup.options().unwrap();
+        assert!(o.no_shm);
+        let files = "127.0.0.1:7130".parse().unwrap();
+        assert_eq!(o.hosts.get("store0"), Some(&files));
+        let route = &o.lanes[&files];
+        let nodes: Vec<u32> = route.gateways.iter().map(|(a, _)| a.node).collect();
+        assert_eq!(nodes, [21, 22]);
+        assert_eq!(route.gateways[0].1, "127.0.0.1:7121".parse().unwrap());
+        assert_eq!(route.send.stripe.window, 4);
+        let missing = ClientSetup {
+            cluster: Some(d.path().join("nope.toml")),
+            ..ClientSetup::default()
+        };
+        assert!(matches!(missing.options(), Err(Error::Usage(m)) if m.contains("nope.toml")));
+    }
+
+    #[test]
+    fn the_secret_comes_from_its_file() {
+        let d = tempfile::tempdir().unwrap();
+        let (good, short) = (d.path().join("good"), d.path().join("short"));
+        std::fs::write(&good, "a secret of sufficient length\n").unwrap();
+        std::fs::write(&short, "short").unwrap();
+        assert!(load_secret(Some(&good)).is_ok());
+        assert!(
+            matches!(load_secret(Some(&short)), Err(Error::Usage(m)) if m.contains("at least 16"))
+        );
+        assert!(load_secret(Some(&d.path().join("none"))).is_err());
+    }
+}

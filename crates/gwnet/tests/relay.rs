@@ -1,0 +1,165 @@
+//! The gateway protocol's I/O in one process: a storage node receiving
+//! (`sink`), gateway nodes relaying (`relay`), and a compute node striping
+//! a transfer over them (`client::send`), on loopback TCP.
+
+use macrolink_fabric::{Addr, Mode, Node, NodeConfig, Transport};
+use macrolink_gateway::msg::Msg;
+use macrolink_gateway::stripe::StripeConfig;
+use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_gwnet::{endpoint_config, relay, sink};
+use macrolink_testbed::data::pattern;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const SINK: u32 = 10;
+
+/// A node with tcp on `listen` and no shared memory, so that every message
+/// crosses a socket.
+fn node(id: u32, listen: &str, peers: &[(u32, SocketAddr)]) -> Node {
+    let mut cfg = NodeConfig::local(id, "/nonexistent");
+    cfg.shm_dir = None;
+    cfg.tcp = Some(listen.parse().unwrap());
+    cfg.peers = peers.iter().copied().collect();
+    Node::start(cfg).unwrap()
+}
+
+/// Starts a sink on a node of its own; its address.
+fn start_sink(listen: &str) -> SocketAddr {
+    let n = node(SINK, listen, &[]);
+    let addr = n.tcp_addr().unwrap();
+    let ep = n.open(1, endpoint_config()).unwrap();
+    std::thread::spawn(move || {
+        let _node = n;
+        sink::run(ep, None)
+    });
+    addr
+}
+
+/// Starts a relay, node `id`, forwarding to the sink over `rails` (its
+/// node knows them as its peers, as `macrolink gateway --peer` sets up);
+/// its address.
+fn start_relay(id: u32, rails: &[(u32, SocketAddr)]) -> SocketAddr {
+    let n = node(id, "127.0.0.1:0", rails);
+    let addr = n.tcp_addr().unwrap();
+    let ep = n.open(1, endpoint_config()).unwrap();
+    let rails = rails.to_vec();
+    std::thread::spawn(move || {
+        let _node = n;
+        relay::run(ep, &rails)
+    });
+    addr
+}
+
+fn cfg() -> SendConfig {
+    SendConfig {
+        stripe: StripeConfig {
+            chunk: 256 << 10,
+            window: 4,
+            rto: 500_000_000,
+        },
+        patience: 20_000_000_000,
+        ..SendConfig::default()
+    }
+}
+
+#[test]
+fn a_transfer_striped_over_two_relays_arrives_whole() {
+    let sink = start_sink("127.0.0.1:0");
+    let relays: Vec<_> = [21, 22]
+        .iter()
+        .map(|&id| (id, start_relay(id, &[(SINK, sink)])))
+        .collect();
+    let compute = node(1, "127.0.0.1:0", &relays);
+    let mut ep = compute.open(1, endpoint_config()).unwrap();
+    let gws: Vec<Addr> = relays.iter().map(|(id, _)| Addr::new(*id, 1)).collect();
+    let data = pattern(8 << 20, 1);
+    let mut acked = 0;
+    let r = send(
+        &mut ep,
+        &gws,
+        Addr::new(SINK, 1),
+        7,
+        &data,
+        cfg(),
+        &mut |a, _| acked = a,
+    )
+    .unwrap();
+    assert!(r.verified, "{r:?}");
+    assert_eq!((r.bytes, acked), (8 << 20, 32));
+    assert!(r.per_gateway.iter().all(|&n| n > 0), "{r:?}");
+    assert_eq!(r.per_gateway.iter().sum::<u64>(), 32 + r.resent);
+}
+
+#[test]
+fn a_relay_spreads_over_its_rails_and_gives_up_a_dead_one() {
+    // One sink reached over two loopback addresses (two rails) and one
+    // address where nothing listens.
+    let sink = start_sink("0.0.0.0:0");
+    let port = sink.port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let rails = [
+        (SINK, dead_addr),
+        (SINK, SocketAddr::from(([127, 0, 0, 1], port))),
+        (SINK, SocketAddr::from(([127, 0, 0, 2], port))),
+    ];
+    let relay = start_relay(21, &rails);
+    let compute = node(1, "127.0.0.1:0", &[(21, relay)]);
+    let mut ep = compute.open(1, endpoint_config()).unwrap();
+    let data = pattern(4 << 20, 2);
+    let r = send(
+        &mut ep,
+        &[Addr::new(21, 1)],
+        Addr::new(SINK, 1),
+        1,
+        &data,
+        cfg(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(r.verified, "{r:?}");
+    // The second live rail carried too: a connection to the sink's port
+    // over 127.0.0.2 (`ss`, iproute2).
+    let o = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established", "dst", "127.0.0.2"])
+        .output()
+        .expect("ss runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("127.0.0.2:{port}")),
+        "no connection over the second rail: {text}"
+    );
+}
+
+#[test]
+fn a_relay_answers_heartbeats_and_outlives_an_unreachable_storage_host() {
+    let relay = start_relay(21, &[(SINK, "127.0.0.1:9".parse().unwrap())]);
+    let compute = node(1, "127.0.0.1:0", &[(21, relay)]);
+    let mut ep = compute.open(1, endpoint_config()).unwrap();
+    let t = ep
+        .target_via(Addr::new(21, 1), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let mut out = Vec::new();
+    // A message for a storage host the relay cannot reach...
+    Msg::Done {
+        transfer: 1,
+        hash: 0,
+        from: (1, 1),
+        to: (SINK, 1),
+    }
+    .encode(&mut out);
+    ep.write(t, &out).unwrap();
+    // ... and heartbeats after it are still answered.
+    let mut buf = vec![0u8; 4096];
+    for seq in 1..=3 {
+        out.clear();
+        Msg::Ping { seq }.encode(&mut out);
+        ep.write(t, &out).unwrap();
+        let r = ep
+            .read_timeout(&mut buf, Duration::from_secs(10))
+            .unwrap()
+            .expect("an answer");
+        assert_eq!(Msg::decode(&buf[..r.len]).unwrap(), Msg::Pong { seq });
+    }
+}

@@ -1,0 +1,55 @@
+//! Tests that need root, or network namespaces, run where they can and say
+//! why they did not run elsewhere; where the environment says they are
+//! required (`MACROLINK_REQUIRE_NETNS=1`, `MACROLINK_REQUIRE_ROOT=1`, as CI
+//! sets them), not running is a failure instead.
+
+use crate::netns::{Shape, Testbed};
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `Some(())` when the test may use root; `None` with the reason printed
+/// when it cannot and need not; a panic when `MACROLINK_REQUIRE_ROOT=1`.
+pub fn root(what: &str) -> Option<()> {
+    if is_root() {
+        return Some(());
+    }
+    skip("MACROLINK_REQUIRE_ROOT", what, "not root")
+}
+
+/// A failed attempt at something that needs root (mounting, say):
+/// `None` with the reason printed, or a panic when `MACROLINK_REQUIRE_ROOT=1`.
+pub fn root_failed<T>(what: &str, why: &str) -> Option<T> {
+    skip("MACROLINK_REQUIRE_ROOT", what, why)
+}
+
+/// A testbed of `shape` with storage-side links shaped to `rate`, or `None`
+/// (with the reason printed) where namespaces cannot be made here; a panic
+/// when `MACROLINK_REQUIRE_NETNS=1`.
+pub fn testbed(shape: Shape, rate: &str) -> Option<Testbed> {
+    let why = if is_root() {
+        match Testbed::build(shape, rate) {
+            Ok(tb) => return Some(tb),
+            Err(why) => why,
+        }
+    } else {
+        "not root".to_string()
+    };
+    skip("MACROLINK_REQUIRE_NETNS", "namespace test", &why)
+}
+
+fn skip<T>(var: &str, what: &str, why: &str) -> Option<T> {
+    assert!(
+        !required(var),
+        "{what} required ({var}=1) but cannot run: {why}"
+    );
+    eprintln!("{what} not run here: {why}");
+    None
+}
