@@ -28,6 +28,7 @@ pub mod client;
 pub mod clock;
 pub mod compare;
 pub mod demo;
+pub mod echo;
 pub mod files;
 pub mod gateways;
 pub mod peers;

@@ -28,6 +28,26 @@ pub enum Test {
 }
 
 impl Test {
+    /// The IMB patterns of a latency run, as the command line names them.
+    pub const PATTERNS: &'static [&'static str] =
+        &["ping-pong", "ping-ping", "send-recv", "exchange"];
+}
+
+impl std::str::FromStr for Test {
+    type Err = String;
+    /// A latency pattern by its command-line name.
+    fn from_str(s: &str) -> Result<Test, String> {
+        match s {
+            "ping-pong" => Ok(Test::PingPong),
+            "ping-ping" => Ok(Test::PingPing),
+            "send-recv" => Ok(Test::SendRecv),
+            "exchange" => Ok(Test::Exchange),
+            _ => Err(format!("{s:?} is not one of {:?}", Test::PATTERNS)),
+        }
+    }
+}
+
+impl Test {
     const ALL: [Test; 9] = [
         Test::Bandwidth,
         Test::PingPong,

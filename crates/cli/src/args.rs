@@ -2,10 +2,12 @@
 //! sits in the fabric, transports, modes and completions as values, sizes.
 
 use anyhow::{bail, Context};
-use clap::{Args, ValueEnum};
-use macrolink_fabric::{Completion, Mode, NodeConfig, Transport};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use macrolink_fabric::NodeConfig;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::str::FromStr;
 
 /// Where this process's node sits.
 #[derive(Debug, Clone, Args)]
@@ -97,54 +99,12 @@ pub fn parse_ids(s: &str) -> anyhow::Result<Ids> {
     Ok(Ids((a..=b).collect()))
 }
 
-/// Completion as a command-line value.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum CompletionArg {
-    Poll,
-    Wait,
-}
-
-impl From<CompletionArg> for Completion {
-    fn from(c: CompletionArg) -> Completion {
-        match c {
-            CompletionArg::Poll => Completion::Poll,
-            CompletionArg::Wait => Completion::Wait,
-        }
-    }
-}
-
-/// Transport as a command-line value.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum TransportArg {
-    Shm,
-    Tcp,
-    Udp,
-}
-
-impl From<TransportArg> for Transport {
-    fn from(t: TransportArg) -> Transport {
-        match t {
-            TransportArg::Shm => Transport::Shm,
-            TransportArg::Tcp => Transport::Tcp,
-            TransportArg::Udp => Transport::Udp,
-        }
-    }
-}
-
-/// Mode as a command-line value.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum ModeArg {
-    Datagram,
-    Reliable,
-    Put,
-}
-
-impl From<ModeArg> for Mode {
-    fn from(m: ModeArg) -> Mode {
-        match m {
-            ModeArg::Datagram => Mode::Datagram,
-            ModeArg::Reliable => Mode::Reliable,
-            ModeArg::Put => Mode::Put,
-        }
-    }
+/// A parser of the values named `names` (shown in --help), each parsed by
+/// its type's `FromStr`.
+pub fn one_of<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Debug,
+{
+    PossibleValuesParser::new(names).map(|s| s.parse().expect("one of the possible values"))
 }

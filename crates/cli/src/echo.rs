@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_fabric::{EndpointConfig, Error, Mode, Node, RecvKind};
+use macrolink_fabric::{Completion, EndpointConfig, Node};
 use macrolink_testbed::ready::Line;
 
-use crate::args::{parse_ids, ChildArgs, CompletionArg, Ids, NodeArgs};
+use crate::args::{one_of, parse_ids, ChildArgs, Ids, NodeArgs};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -18,8 +18,8 @@ pub struct Args {
     #[arg(long, default_value_t = 4 << 20)]
     region: usize,
     /// How endpoints wait for traffic.
-    #[arg(long, value_enum, default_value_t = CompletionArg::Wait)]
-    completion: CompletionArg,
+    #[arg(long, default_value = "wait", value_parser = one_of::<Completion>(Completion::NAMES))]
+    completion: Completion,
     #[command(flatten)]
     child: ChildArgs,
 }
@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.child.apply();
     let node = Node::start(args.node.config()).context("starting the node")?;
     let cfg = EndpointConfig {
-        completion: args.completion.into(),
+        completion: args.completion,
         ..EndpointConfig::default()
     };
     let mut workers = Vec::new();
@@ -47,53 +47,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             None
         };
-        workers.push(std::thread::spawn(move || serve(ep, key)));
+        workers.push(std::thread::spawn(move || {
+            macrolink_bench::echo::serve(ep, key)
+        }));
     }
     Line::node(node.id(), node.tcp_addr()).print()?;
     for w in workers {
         let _ = w.join();
     }
     Ok(())
-}
-
-fn serve(mut ep: macrolink_fabric::Endpoint, region: Option<macrolink_fabric::RegionKey>) {
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let r = match ep.read(&mut buf) {
-            Ok(r) => r,
-            Err(Error::BufferTooSmall { needed, .. }) => {
-                buf.resize(needed, 0);
-                continue;
-            }
-            Err(Error::PeerLost { peer, reason }) => {
-                tracing::info!("peer {peer} gone: {reason}");
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("endpoint {}: {e}", ep.addr());
-                continue;
-            }
-        };
-        let (mode, data) = match r.kind {
-            RecvKind::Message(mode) => (mode, &buf[..r.len]),
-            RecvKind::PutPlaced { key, offset } => {
-                if Some(key) != region {
-                    continue;
-                }
-                let Some(mem) = ep.region(key) else { continue };
-                let off = offset as usize;
-                if buf.len() < r.len {
-                    buf.resize(r.len, 0);
-                }
-                buf[..r.len].copy_from_slice(&mem[off..off + r.len]);
-                (Mode::Reliable, &buf[..r.len])
-            }
-        };
-        let sent = ep
-            .target_via(r.from, mode, r.transport)
-            .and_then(|t| ep.write(t, data));
-        if let Err(e) = sent {
-            tracing::info!("cannot answer {}: {e}", r.from);
-        }
-    }
 }

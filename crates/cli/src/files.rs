@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 use indicatif::{ProgressBar, ProgressStyle};
 use macrolink_files::auth::Secret;
 use macrolink_files::copy::{Copier, CopyOptions, Location, DEFAULT_PORT};
-use macrolink_files::proto::{Kind, Meta};
+use macrolink_files::proto::Kind;
 use macrolink_files::setup::load_secret;
 use macrolink_files::{exit, Client, ClientSetup, Error, Limits, ServeConfig, Server};
 use macrolink_testbed::ready::Line;
@@ -295,26 +295,7 @@ pub struct PathArgs {
 }
 
 fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
-    match a.url.parse()? {
-        Location::Remote { server, path } => Ok((a.client.setup().connect(&server)?, path)),
-        Location::Local(_) => Err(Error::Usage(format!("{}: not an ml:// URL", a.url))),
-        Location::Striped { .. } => Err(Error::Usage(format!(
-            "{}: names several servers; name one",
-            a.url
-        ))),
-    }
-}
-
-fn line(m: &Meta) -> String {
-    let kind = match m.kind {
-        Kind::File => '-',
-        Kind::Dir => 'd',
-        Kind::Other => '?',
-    };
-    format!(
-        "{kind}{:04o} {:>14} {:>11} {}",
-        m.mode, m.size, m.mtime, m.name
-    )
+    a.client.setup().connect_url(&a.url)
 }
 
 /// Lists a directory (or shows a file's entry).
@@ -323,10 +304,10 @@ pub fn ls(a: PathArgs) -> Result<(), Error> {
     let m = c.stat(&path)?;
     if m.kind == Kind::Dir {
         for e in c.list(&path)? {
-            println!("{}", line(&e));
+            println!("{}", e.ls_line());
         }
     } else {
-        println!("{}", line(&m));
+        println!("{}", m.ls_line());
     }
     Ok(())
 }
@@ -334,12 +315,7 @@ pub fn ls(a: PathArgs) -> Result<(), Error> {
 /// Shows one path's metadata.
 pub fn stat(a: PathArgs) -> Result<(), Error> {
     let (mut c, path) = remote(&a)?;
-    let m = c.stat(&path)?;
-    println!("name: {}", m.name);
-    println!("kind: {:?}", m.kind);
-    println!("size: {}", m.size);
-    println!("mode: {:04o}", m.mode);
-    println!("mtime: {}", m.mtime);
+    print!("{}", c.stat(&path)?.details());
     Ok(())
 }
 

@@ -6,6 +6,7 @@ mod demo;
 mod echo;
 mod files;
 mod iobench;
+mod plan;
 mod roles;
 mod up;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Parallel I/O benchmark: N-to-N and N-to-1 write/read, effective
     /// bandwidth, random write; on a directory or an ml:// export.
     Iobench(iobench::Args),
+    /// The papers' models: cost and capacity of I/O networks and storage,
+    /// range extension, latency; checked against the papers' tables.
+    Plan(plan::Args),
     /// One iobench worker (started by iobench).
     #[command(hide = true)]
     IobenchWorker,
@@ -82,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Gateway(a) => {
             a.child.apply();
             roles::gateway(a.node.config(), &a.node.peers, a.ep)

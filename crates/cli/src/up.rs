@@ -4,11 +4,11 @@
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_cluster::{Cluster, Host, Role};
-use macrolink_fabric::{Addr, Node, NodeConfig};
-use macrolink_files::copy::{Copier, CopyOptions, Location};
+use macrolink_files::check::round_trip;
 use macrolink_files::setup::{load_secret, SECRET_FILE_VAR, SECRET_VAR};
-use macrolink_files::{ClientOptions, Limits, ServeConfig, Server};
-use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_files::{Limits, ServeConfig, Server};
+use macrolink_gwnet::check::{node_config, PathCheck};
+use macrolink_testbed::data::pattern;
 use macrolink_testbed::ready::Line;
 use macrolink_testbed::Peer;
 use std::path::{Path, PathBuf};
@@ -41,58 +41,34 @@ fn load(path: &Path) -> anyhow::Result<Cluster> {
     Cluster::load(path).with_context(|| format!("in {}", path.display()))
 }
 
-/// The fabric node of host `h`, knowing the TCP addresses of `peers`.
-fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) -> NodeConfig {
-    let mut cfg = NodeConfig::local(h.node, shm);
-    cfg.tcp = h.listen();
-    cfg.peers = peers.iter().copied().collect();
-    cfg
-}
-
-/// A row of the check table.
-fn row(h: &Host, s: &Host, bytes: u64, secs: f64, ok: bool, through: &str) {
-    println!(
-        "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {through}",
-        h.name,
-        s.name,
-        bytes,
-        bytes as f64 / secs / 1e6,
-        if ok { "yes" } else { "NO" },
-    );
-}
-
-/// One check transfer per storage host from compute host `h`; prints a row each.
-fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> {
-    let gateways: Vec<_> = c
-        .with_role(Role::Gateway)
-        .filter_map(|g| Some((g.node, g.listen()?)))
-        .collect();
-    let node = Node::start(node_config(h, shm, &gateways)).context("starting the compute node")?;
-    let mut ep = node.open(1, macrolink_gwnet::endpoint_config())?;
-    let payload = macrolink_testbed::data::pattern(mib << 20, u64::from(h.node));
-    let mut all_ok = true;
-    for (t, s) in c.with_role(Role::Storage).enumerate() {
-        let Some(lane) = c.lane_of(&s.name) else {
-            println!("{:<10} {:<10} no lane serves it", h.name, s.name);
-            all_ok = false;
-            continue;
-        };
-        let gws: Vec<Addr> = c.gateways_of(lane).map(|g| Addr::new(g.node, 1)).collect();
-        let cfg = SendConfig::from_cluster(c);
-        let to = Addr::new(s.node, 1);
-        let r = send(
-            &mut ep,
-            &gws,
-            to,
-            t as u64 + 1,
-            &payload,
-            cfg,
-            &mut |_, _| {},
-        )?;
-        all_ok &= r.verified;
-        row(h, s, r.bytes, r.secs, r.verified, &lane.gateways.join(","));
+/// Prints the rows of compute host `h`'s checks; whether all passed.
+fn report(h: &Host, rows: &[PathCheck]) -> bool {
+    for r in rows {
+        println!(
+            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {}",
+            h.name,
+            r.storage,
+            r.bytes,
+            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
+            if r.ok { "yes" } else { "NO" },
+            r.through
+        );
     }
-    Ok(all_ok)
+    rows.iter().all(|r| r.ok)
+}
+
+/// Compute host `h`'s checks: a striped transfer to each storage host, and
+/// (`files`) a copy to each file service and back.
+fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize, files: bool) -> anyhow::Result<bool> {
+    let payload = pattern(mib << 20, u64::from(h.node));
+    let mut ok = report(h, &macrolink_gwnet::check::lanes(c, h, shm, &payload)?);
+    if files {
+        let secret = load_secret(None).context("the file service needs a secret")?;
+        let scratch = tempfile::tempdir()?;
+        let rows = round_trip(c, h, shm, &secret, &payload, scratch.path())?;
+        ok &= report(h, &rows);
+    }
+    Ok(ok)
 }
 
 /// Starts storage host `h` as one process: its file service, exporting
@@ -109,55 +85,6 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
         .arg("--shm-dir")
         .arg(shm);
     Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
-}
-
-/// Copies `mib` MiB to each storage host's file service and back, compared
-/// byte for byte; prints a row each.
-fn check_files(c: &Cluster, h: &Host, shm: &Path, mib: usize) -> anyhow::Result<bool> {
-    let secret = load_secret(None).context("the file service needs a secret")?;
-    let scratch = tempfile::tempdir()?;
-    let src = scratch.path().join("check");
-    let data = macrolink_testbed::data::pattern(mib << 20, u64::from(h.node) + 1);
-    std::fs::write(&src, &data)?;
-    let mut ok = true;
-    for s in c.hosts.iter().filter(|s| s.files.is_some()) {
-        let addr = s.files.context("files address")?.to_string();
-        let mut client = ClientOptions {
-            shm_dir: shm.to_path_buf(),
-            ..Default::default()
-        };
-        macrolink_files::lane::add_routes(c, &mut client);
-        let through = c
-            .lane_of(&s.name)
-            .map_or("direct".to_string(), |l| l.gateways.join(","));
-        let opts = CopyOptions {
-            client,
-            ..CopyOptions::default()
-        };
-        let mut copier = Copier::new(secret.clone(), opts);
-        let name = format!("check-{}", h.name);
-        let remote = Location::Remote {
-            server: addr.clone(),
-            path: name.clone(),
-        };
-        let back = scratch.path().join("back");
-        let up = copier.copy(&Location::Local(src.clone()), &remote)?;
-        let down = copier.copy(&remote, &Location::Local(back.clone()))?;
-        let same = std::fs::read(&back)? == data;
-        ok &= same;
-        copier.client(&addr)?.remove(&name, false)?;
-        for (what, r) in [("up", &up), ("down", &down)] {
-            row(
-                h,
-                s,
-                r.bytes,
-                r.secs,
-                same,
-                &format!("{through} (cp {what})"),
-            );
-        }
-    }
-    Ok(ok)
 }
 
 fn header() {
@@ -238,8 +165,7 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     header();
     let mut ok = true;
     for h in cluster.with_role(Role::Compute) {
-        ok &= check(&cluster, h, dir.path(), a.mib)?;
-        ok &= check_files(&cluster, h, dir.path(), a.mib)?;
+        ok &= check(&cluster, h, dir.path(), a.mib, true)?;
     }
     if a.stay {
         eprintln!("hosts running; interrupt to stop");
@@ -295,11 +221,11 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     match h.role {
         Role::Compute => {
             header();
-            let mut ok = check(&cluster, &h, &shm, a.mib)?;
-            if cluster.hosts.iter().any(|s| s.files.is_some()) {
-                ok &= check_files(&cluster, &h, &shm, a.mib)?;
-            }
-            anyhow::ensure!(ok, "some checks failed");
+            let files = cluster.hosts.iter().any(|s| s.files.is_some());
+            anyhow::ensure!(
+                check(&cluster, &h, &shm, a.mib, files)?,
+                "some checks failed"
+            );
             Ok(())
         }
         Role::Storage if h.files.is_some() => run_file_service(&h, &shm),

@@ -10,4 +10,9 @@ pub struct Lane {
     pub gateways: Vec<String>,
     /// Storage host names.
     pub storage: Vec<String>,
+    /// Rate of each storage-side link of its gateways, Gbit/s (what
+    /// `plan cluster` designs with).
+    pub link_gbit: Option<f64>,
+    /// Storage-side links per gateway.
+    pub links: Option<u32>,
 }

@@ -115,6 +115,12 @@ impl Cluster {
             if l.gateways.is_empty() || l.storage.is_empty() {
                 return Err(Error::EmptyLane(i));
             }
+            if l.links == Some(0) || l.link_gbit.is_some_and(|r| r.is_nan() || r <= 0.0) {
+                return Err(Error::NotPositive {
+                    section: "lane",
+                    key: "links and link_gbit",
+                });
+            }
             for (names, want) in [(&l.gateways, Role::Gateway), (&l.storage, Role::Storage)] {
                 for n in names {
                     match self.host(n) {
@@ -265,6 +271,7 @@ mod tests {
             ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\n[[lane]]\ngateways=['a']\nstorage=['b']", "not Gateway"),
             ("[[lane]]\ngateways=['x']\nstorage=['y']", "lane 0: no host named \"x\""),
             ("[[lane]]\ngateways=[]\nstorage=['y']", "at least one gateway"),
+            ("[[lane]]\ngateways=['x']\nstorage=['y']\nlinks=0", "[lane] links and link_gbit must be positive"),
             ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='not an address'", "invalid socket address"),
             ("[[host]]\nname='a'\nrole='compute'\nnode=1\nfabric='127.0.0.1:1'\ncolour='red'", "unknown field"),
         ];

@@ -52,5 +52,5 @@ pub use sys::clock_ns;
 pub use transport::Caps;
 pub use types::{
     Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
-    Timings, Transport,
+    Timings, Transport, UnknownName,
 };

@@ -35,15 +35,54 @@ pub enum Mode {
     Put,
 }
 
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Datagram => "datagram",
-            Mode::Reliable => "reliable",
-            Mode::Put => "put",
-        })
-    }
+/// Names the values of a kind go by on command lines and in tables, and
+/// their parsing: `Transport::NAMES`, `"tcp".parse::<Transport>()`.
+macro_rules! named {
+    ($t:ty, $($v:path => $n:literal),+) => {
+        impl $t {
+            /// Every value's name.
+            pub const NAMES: &'static [&'static str] = &[$($n),+];
+
+            /// Its name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($v => $n),+
+                }
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> std::result::Result<$t, UnknownName> {
+                match s {
+                    $($n => Ok($v),)+
+                    _ => Err(UnknownName {
+                        name: s.to_string(),
+                        known: Self::NAMES,
+                    }),
+                }
+            }
+        }
+    };
 }
+
+/// A name that is not one of a kind's values.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name:?} is not one of {known:?}")]
+pub struct UnknownName {
+    /// The name given.
+    pub name: String,
+    /// The names there are.
+    pub known: &'static [&'static str],
+}
+
+named!(Mode, Mode::Datagram => "datagram", Mode::Reliable => "reliable", Mode::Put => "put");
 
 /// How bytes travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,15 +95,7 @@ pub enum Transport {
     Udp,
 }
 
-impl fmt::Display for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Transport::Shm => "shm",
-            Transport::Tcp => "tcp",
-            Transport::Udp => "udp",
-        })
-    }
-}
+named!(Transport, Transport::Shm => "shm", Transport::Tcp => "tcp", Transport::Udp => "udp");
 
 /// How an endpoint waits for completions (the papers' "polling" and "event
 /// driven" columns).
@@ -76,6 +107,8 @@ pub enum Completion {
     /// Sleep in the kernel until something arrives: no core burnt.
     Wait,
 }
+
+named!(Completion, Completion::Poll => "poll", Completion::Wait => "wait");
 
 /// A target made by [`Endpoint::target`](crate::Endpoint::target).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,4 +234,23 @@ pub struct Timings {
     pub read_header: u64,
     /// The message was handed to the application (end of T_delivery).
     pub read_delivered: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_strangers_are_named() {
+        for t in [Transport::Shm, Transport::Tcp, Transport::Udp] {
+            assert_eq!(t.to_string().parse::<Transport>(), Ok(t));
+        }
+        for m in [Mode::Datagram, Mode::Reliable, Mode::Put] {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+        }
+        assert_eq!("wait".parse::<Completion>(), Ok(Completion::Wait));
+        assert_eq!(Completion::NAMES, ["poll", "wait"]);
+        let e = "ib".parse::<Transport>().unwrap_err();
+        assert_eq!(e.to_string(), r#""ib" is not one of ["shm", "tcp", "udp"]"#);
+    }
 }

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod check;
 pub mod client;
 pub mod confine;
 pub mod copy;

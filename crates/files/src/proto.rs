@@ -276,6 +276,30 @@ pub struct Meta {
     pub mode: u32,
 }
 
+impl Meta {
+    /// Its line in a listing, as `ls -l` shows one: kind and mode, size,
+    /// modification time, name.
+    pub fn ls_line(&self) -> String {
+        let kind = match self.kind {
+            Kind::File => '-',
+            Kind::Dir => 'd',
+            Kind::Other => '?',
+        };
+        format!(
+            "{kind}{:04o} {:>14} {:>11} {}",
+            self.mode, self.size, self.mtime, self.name
+        )
+    }
+
+    /// Every field, a line each.
+    pub fn details(&self) -> String {
+        format!(
+            "name: {}\nkind: {:?}\nsize: {}\nmode: {:04o}\nmtime: {}\n",
+            self.name, self.kind, self.size, self.mode, self.mtime
+        )
+    }
+}
+
 /// Why a request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Code {

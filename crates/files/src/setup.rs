@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::auth::Secret;
 use crate::client::{Client, ClientOptions};
+use crate::copy::Location;
 use crate::error::Error;
 use crate::lane;
 
@@ -63,6 +64,18 @@ impl ClientSetup {
     /// A client of `server` (`host:port`, or a host name of the cluster file).
     pub fn connect(&self, server: &str) -> Result<Client, Error> {
         Client::connect(server, &self.secret()?, &self.options()?)
+    }
+
+    /// A client of the one server `url` (`ml://host[:port]/path`) names,
+    /// and the path.
+    pub fn connect_url(&self, url: &str) -> Result<(Client, String), Error> {
+        match url.parse()? {
+            Location::Remote { server, path } => Ok((self.connect(&server)?, path)),
+            Location::Local(_) => Err(Error::Usage(format!("{url}: not an ml:// URL"))),
+            Location::Striped { .. } => Err(Error::Usage(format!(
+                "{url}: names several servers; name one"
+            ))),
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 //! computes as chunks go by, not in a pass over the whole at the end.
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod client;
 pub mod relay;
 pub mod sink;

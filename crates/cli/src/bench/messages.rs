@@ -10,13 +10,13 @@ use macrolink_bench::report;
 use macrolink_bench::server::Server;
 use macrolink_bench::session::{Session, TARGET_NODE};
 use macrolink_bench::sweep;
-use macrolink_fabric::{Node, Transport};
+use macrolink_fabric::{Completion, Mode, Node, Transport};
 use macrolink_testbed::ready::Line;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::args::{ChildArgs, CompletionArg, ModeArg, NodeArgs, TransportArg};
+use crate::args::{one_of, ChildArgs, NodeArgs};
 
 /// Where the other side is.
 #[derive(Debug, Clone, ClapArgs)]
@@ -40,14 +40,14 @@ pub struct BwArgs {
     #[command(flatten)]
     peer: Peer,
     /// Transports to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm")]
-    transport: Vec<TransportArg>,
+    #[arg(long, value_delimiter = ',', default_value = "shm", value_parser = one_of::<Transport>(Transport::NAMES))]
+    transport: Vec<Transport>,
     /// Modes to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "reliable")]
-    mode: Vec<ModeArg>,
+    #[arg(long, value_delimiter = ',', default_value = "reliable", value_parser = one_of::<Mode>(Mode::NAMES))]
+    mode: Vec<Mode>,
     /// Completion of both sides.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "poll")]
-    completion: Vec<CompletionArg>,
+    #[arg(long, value_delimiter = ',', default_value = "poll", value_parser = one_of::<Completion>(Completion::NAMES))]
+    completion: Vec<Completion>,
     /// Message sizes in bytes (default: the papers' rows, 10 B to 4 MB).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
@@ -70,17 +70,17 @@ pub struct LatArgs {
     #[command(flatten)]
     peer: Peer,
     /// Patterns to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "ping-pong")]
-    pattern: Vec<Pattern>,
+    #[arg(long, value_delimiter = ',', default_value = "ping-pong", value_parser = one_of::<Test>(Test::PATTERNS))]
+    pattern: Vec<Test>,
     /// Transports.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm")]
-    transport: Vec<TransportArg>,
+    #[arg(long, value_delimiter = ',', default_value = "shm", value_parser = one_of::<Transport>(Transport::NAMES))]
+    transport: Vec<Transport>,
     /// Mode (datagram or reliable).
-    #[arg(long, value_enum, default_value = "reliable")]
-    mode: ModeArg,
+    #[arg(long, default_value = "reliable", value_parser = one_of::<Mode>(Mode::NAMES))]
+    mode: Mode,
     /// Completion of both sides.
-    #[arg(long, value_enum, default_value = "poll")]
-    completion: CompletionArg,
+    #[arg(long, default_value = "poll", value_parser = one_of::<Completion>(Completion::NAMES))]
+    completion: Completion,
     /// Message sizes in bytes.
     #[arg(long, value_delimiter = ',', default_value = "8,1000,65536,1000000")]
     sizes: Vec<usize>,
@@ -94,8 +94,8 @@ pub struct OneArgs {
     #[command(flatten)]
     peer: Peer,
     /// Transports.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "shm,tcp")]
-    transport: Vec<TransportArg>,
+    #[arg(long, value_delimiter = ',', default_value = "shm,tcp", value_parser = one_of::<Transport>(Transport::NAMES))]
+    transport: Vec<Transport>,
     /// Message sizes in bytes.
     #[arg(long, value_delimiter = ',', default_value = "1,1500")]
     sizes: Vec<usize>,
@@ -112,27 +112,6 @@ pub struct ServeArgs {
     child: ChildArgs,
 }
 
-/// IMB-style latency patterns.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Pattern {
-    PingPong,
-    PingPing,
-    SendRecv,
-    Exchange,
-}
-
-impl From<Pattern> for Test {
-    fn from(p: Pattern) -> Test {
-        match p {
-            Pattern::PingPong => Test::PingPong,
-            Pattern::PingPing => Test::PingPing,
-            Pattern::SendRecv => Test::SendRecv,
-            Pattern::Exchange => Test::Exchange,
-        }
-    }
-}
-
-/// A target this process started on this host, or one elsewhere.
 fn save<T: Serialize>(peer: &Peer, rows: &[T]) -> anyhow::Result<()> {
     if let Some(p) = &peer.json {
         report::write_json(p, rows).with_context(|| p.display().to_string())?;
@@ -166,18 +145,14 @@ fn session(peer: &Peer) -> anyhow::Result<Session> {
     Session::open(&std::env::current_exe()?, peer.connect)
 }
 
-fn transports(t: &[TransportArg]) -> Vec<Transport> {
-    t.iter().map(|&t| t.into()).collect()
-}
-
 pub fn bw(a: BwArgs) -> anyhow::Result<()> {
     if let Some(s) = listening(&a.peer) {
         return serve(s);
     }
     let plan = sweep::Bandwidth {
-        transports: transports(&a.transport),
-        modes: a.mode.iter().map(|&m| m.into()).collect(),
-        completions: a.completion.iter().map(|&c| c.into()).collect(),
+        transports: a.transport.clone(),
+        modes: a.mode.clone(),
+        completions: a.completion.clone(),
         sizes: a.sizes.clone(),
         window: a.window,
         seconds: a.seconds,
@@ -198,10 +173,10 @@ pub fn lat(a: LatArgs) -> anyhow::Result<()> {
         return serve(s);
     }
     let plan = sweep::Latency {
-        tests: a.pattern.iter().map(|&p| p.into()).collect(),
-        transports: transports(&a.transport),
-        mode: a.mode.into(),
-        completion: a.completion.into(),
+        tests: a.pattern.clone(),
+        transports: a.transport.clone(),
+        mode: a.mode,
+        completion: a.completion,
         sizes: a.sizes.clone(),
         count: a.count,
     };
@@ -222,7 +197,7 @@ fn per_size<R: Serialize>(
         return serve(s);
     }
     let mut s = session(&a.peer)?;
-    let rows = run(s.client(), &transports(&a.transport), &a.sizes, a.count)?;
+    let rows = run(s.client(), &a.transport, &a.sizes, a.count)?;
     print!("{}", table(&rows));
     save(&a.peer, &rows)
 }

@@ -1,0 +1,77 @@
+//! The check a compute host of a cluster file runs at start (`macrolink
+//! up`, `macrolink node`): one striped, hash-checked transfer to each
+//! storage host through the gateways of its lane.
+
+use macrolink_cluster::{Cluster, Host, Role};
+use macrolink_fabric::{Addr, Node, NodeConfig, Result};
+use std::path::Path;
+
+use crate::client::{send, SendConfig};
+
+/// How one path of the cluster did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathCheck {
+    /// The storage host.
+    pub storage: String,
+    /// What the data went through (the lane's gateways), and how.
+    pub through: String,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Seconds it took.
+    pub secs: f64,
+    /// Whether every byte arrived as sent.
+    pub ok: bool,
+}
+
+/// The fabric node of host `h` of a cluster, knowing the addresses of
+/// `peers`.
+pub fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) -> NodeConfig {
+    let mut cfg = NodeConfig::local(h.node, shm);
+    cfg.tcp = h.listen();
+    cfg.peers = peers.iter().copied().collect();
+    cfg
+}
+
+/// Sends `payload` from compute host `h` to every storage host of `c`
+/// through its lane, and asks each for its verdict on the hash.
+pub fn lanes(c: &Cluster, h: &Host, shm: &Path, payload: &[u8]) -> Result<Vec<PathCheck>> {
+    let gateways: Vec<_> = c
+        .with_role(Role::Gateway)
+        .filter_map(|g| Some((g.node, g.listen()?)))
+        .collect();
+    let node = Node::start(node_config(h, shm, &gateways))?;
+    let mut ep = node.open(1, crate::endpoint_config())?;
+    let mut out = Vec::new();
+    for (t, s) in c.with_role(Role::Storage).enumerate() {
+        let Some(lane) = c.lane_of(&s.name) else {
+            out.push(PathCheck {
+                storage: s.name.clone(),
+                through: "no lane serves it".into(),
+                bytes: 0,
+                secs: 0.0,
+                ok: false,
+            });
+            continue;
+        };
+        let gws: Vec<Addr> = c.gateways_of(lane).map(|g| Addr::new(g.node, 1)).collect();
+        let cfg = SendConfig::from_cluster(c);
+        let to = Addr::new(s.node, 1);
+        let r = send(
+            &mut ep,
+            &gws,
+            to,
+            t as u64 + 1,
+            payload,
+            cfg,
+            &mut |_, _| {},
+        )?;
+        out.push(PathCheck {
+            storage: s.name.clone(),
+            through: lane.gateways.join(","),
+            bytes: r.bytes,
+            secs: r.secs,
+            ok: r.verified,
+        });
+    }
+    Ok(out)
+}
