@@ -176,7 +176,7 @@ impl Done {
 
     /// Reads a done record.
     pub fn decode(b: &[u8]) -> Result<Done, ProtoError> {
-        if b.len() < 32 || b.len() % 8 != 0 {
+        if b.len() < 32 || !b.len().is_multiple_of(8) {
             return Err(ProtoError::Truncated(b.len()));
         }
         let mut words = b.chunks_exact(8).map(|c| {

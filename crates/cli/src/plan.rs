@@ -74,9 +74,9 @@ enum Plan {
     },
     /// Longbow: latency by relays and distance, BDP, throughput per buffer.
     Range {
-        /// Data rate of the link (bits per second, e.g. 8Gbit).
-        #[arg(long, default_value = "8Gbit", value_parser = parse_bits)]
-        rate: f64,
+        /// Data rate of the link, Gbit/s (4X SDR carries 8).
+        #[arg(long, default_value_t = 8.0)]
+        gbit: f64,
         /// Kilometres of fibre.
         #[arg(
             long,
@@ -185,11 +185,6 @@ impl SpecArgs {
     }
 }
 
-fn parse_bits(s: &str) -> Result<f64, String> {
-    let t = s.trim_end_matches(['b', 'i', 't', 'B', 'I', 'T']);
-    Ok(parse_size(if t.is_empty() { s } else { t })? as f64 / 8.0)
-}
-
 fn read(p: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
@@ -253,7 +248,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         Plan::Interconnect { hosts, out } => (interconnect::report(hosts), out),
         Plan::Range {
-            rate,
+            gbit,
             km,
             window,
             host_us,
@@ -262,7 +257,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             out,
         } => {
             let link = range::Link {
-                rate,
+                rate: gbit * 1e9 / 8.0,
                 host_us,
                 pair_us,
                 us_per_km,

@@ -273,3 +273,72 @@ fn a_full_disk_fails_the_upload_cleanly_and_the_server_goes_on() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(std::fs::read(disk.path.join("ok")).unwrap(), b"fits");
 }
+
+/// Starts a `cp` slowed to 40 MB/s, so that another starts while it runs.
+fn slow_cp(site: &Site, from: &str, to: &str) -> Child {
+    site.cmd(&["cp", "-q", "--limit-rate", "40MB", from, to])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn two_uploads_to_one_name_land_one_whole_file_in_either_order() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let (a, b) = (pattern(32 * MB, 21), pattern(32 * MB, 22));
+    let (fa, fb) = (site.local().join("a"), site.local().join("b"));
+    std::fs::write(&fa, &a).unwrap();
+    std::fs::write(&fb, &b).unwrap();
+    let dst = url(&server, "same.bin");
+    for (first, second, first_data) in [(&fa, &fb, &a), (&fb, &fa, &b)] {
+        let slow = slow_cp(&site, first.to_str().unwrap(), &dst);
+        wait_for_bytes(&partial(&site.root().join("same.bin")), MB as u64);
+        let o = site.run(&["cp", second.to_str().unwrap(), &dst]);
+        assert_eq!(code(&o), 9, "the second is refused as busy: {}", stderr(&o));
+        assert!(stderr(&o).contains("in progress"), "{}", stderr(&o));
+        let done = finish(slow);
+        assert_eq!(code(&done), 0, "{}", stderr(&done));
+        let landed = std::fs::read(site.root().join("same.bin")).unwrap();
+        assert!(landed == *first_data, "the file is the first upload, whole");
+        assert!(!partial(&site.root().join("same.bin")).exists());
+    }
+}
+
+#[test]
+fn two_downloads_to_one_name_land_one_whole_file() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let data = pattern(32 * MB, 23);
+    std::fs::write(site.root().join("src"), &data).unwrap();
+    let dst = site.local().join("got");
+    let slow = slow_cp(&site, &url(&server, "src"), dst.to_str().unwrap());
+    wait_for_bytes(&partial(&dst), MB as u64);
+    let o = site.run(&["cp", &url(&server, "src"), dst.to_str().unwrap()]);
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert_eq!(code(&finish(slow)), 0);
+    assert!(std::fs::read(&dst).unwrap() == data);
+}
+
+#[test]
+fn names_of_255_bytes_go_up_and_down() {
+    let site = Site::new();
+    let server = site.serve(&[]);
+    let name = "n".repeat(255);
+    let data = pattern(3 * MB, 24);
+    let src = site.local().join(&name);
+    std::fs::write(&src, &data).unwrap();
+    let o = site.run(&["cp", src.to_str().unwrap(), &url(&server, &name)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(std::fs::read(site.root().join(&name)).unwrap() == data);
+    let back = site.local().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = site.run(&["cp", &url(&server, &name), back.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(std::fs::read(back.join(&name)).unwrap() == data);
+}
+
+/// Waits for a child and collects what it printed.
+fn finish(c: Child) -> Output {
+    c.wait_with_output().unwrap()
+}

@@ -296,12 +296,14 @@ impl Copier {
                 sums::file_chunks(&f, opts.chunk).map_err(|e| Error::local(part.display(), e))?;
             start = sums::common_prefix(&ours, &theirs, opts.chunk, size);
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(start == 0 && !device)
-            .open(&part)
-            .map_err(|e| Error::local(part.display(), e))?;
+        let file = if device {
+            OpenOptions::new()
+                .write(true)
+                .open(&part)
+                .map_err(|e| Error::local(part.display(), e))?
+        } else {
+            claim_local(&part, start > 0)?
+        };
         let shape = self.shape(start, u64::MAX - start);
         let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate)
             .skipping_digests(!opts.verify);
@@ -559,12 +561,7 @@ impl Copier {
         };
         let part =
             partial_name(&to).ok_or_else(|| Error::Usage(format!("{}: no name", to.display())))?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&part)
-            .map_err(|e| Error::local(part.display(), e))?;
+        let file = claim_local(&part, false)?;
         self.started(path, 0);
         let (opts, progress) = (self.opts.clone(), self.progress.clone());
         let n = servers.len() as u32;
@@ -639,6 +636,23 @@ impl Copier {
             }
         }
     }
+}
+
+/// Opens and locks local temporary file `part` for this copy alone
+/// (see [`partial`](crate::partial)); kept as it is when `resume`.
+fn claim_local(part: &Path, resume: bool) -> Result<File> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .read(true)
+            .create(true)
+            .truncate(false)
+            .open(part)
+    };
+    crate::partial::claim(&open, &|| crate::partial::identity(part), resume).map_err(|e| match e {
+        crate::partial::ClaimError::Busy => Error::Busy(part.display().to_string()),
+        crate::partial::ClaimError::Io(e) => Error::local(part.display(), e),
+    })
 }
 
 /// Makes a rename in `path`'s directory durable.

@@ -84,6 +84,9 @@ pub enum Error {
     /// The request cannot be done as asked.
     #[error("{0}")]
     Usage(String),
+    /// Another transfer is writing the same local file.
+    #[error("{0}: another copy to this name is in progress; try again when it ends")]
+    Busy(String),
 }
 
 /// Result of a client operation.
@@ -94,6 +97,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Remote { code, .. } => code_exit(*code),
+            Error::Busy(_) => exit::BUSY,
             Error::ServerNotAuthentic => exit::REFUSED,
             Error::Version(..) | Error::Proto(_) | Error::Unexpected(_) => exit::CONNECTION,
             Error::Connection { .. } => exit::CONNECTION,

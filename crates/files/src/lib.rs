@@ -29,6 +29,7 @@ pub mod data;
 pub mod error;
 pub mod lane;
 pub mod ops;
+pub mod partial;
 pub mod proto;
 pub mod server;
 pub mod setup;

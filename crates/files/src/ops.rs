@@ -7,6 +7,7 @@ use std::io;
 use std::path::Path;
 
 use crate::confine::{self, Refused};
+use crate::partial::{self, ClaimError};
 use crate::proto::{Code, Kind, Meta};
 
 /// A refusal to send back: the code and words for the client.
@@ -226,12 +227,21 @@ impl Export {
         }
         let part = self.partial_of(path)?;
         let mut o = OpenOptions::new();
-        o.write(true).read(true).create(true).truncate(!resume);
-        let f = self
-            .root
-            .open_with(&part, &o)
-            .map_err(|e| Failure::io(path, &e))?;
-        Ok(f.into_std())
+        o.write(true).read(true).create(true).truncate(false);
+        let open = || Ok(self.root.open_with(&part, &o)?.into_std());
+        let named = || {
+            let m = self.root.symlink_metadata(&part)?;
+            Ok((m.dev(), m.ino()))
+        };
+        partial::claim(&open, &named, resume).map_err(|e| match e {
+            ClaimError::Busy => Failure::new(
+                Code::Busy,
+                format!(
+                    "{path}: another upload to this name is in progress; try again when it ends"
+                ),
+            ),
+            ClaimError::Io(e) => Failure::io(path, &e),
+        })
     }
 
     /// Opens file `path` to write in place, creating it if missing.

@@ -2,14 +2,14 @@
 //! runs each as a session thread over one export.
 
 use macrolink_fabric::{Node, NodeConfig};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::auth::{self, Secret};
 use crate::ops::{Export, Failure};
@@ -18,18 +18,23 @@ use crate::wire_io;
 
 pub(crate) mod session;
 
-/// How long a client may take to authenticate.
-const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Limits that keep one client from taking the server.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections in all.
+    /// Authenticated connections in all.
     pub connections: usize,
-    /// Connections from one client address.
+    /// Authenticated connections from one client address.
     pub connections_per_client: usize,
     /// Files one client address may have open at once.
     pub open_files_per_client: usize,
+    /// Connections still authenticating, in all; past it the oldest is
+    /// dropped.
+    pub handshakes: usize,
+    /// Connections still authenticating from one address; past it that
+    /// address's oldest is dropped.
+    pub handshakes_per_client: usize,
+    /// Time from accepting a connection to its proof, all of it.
+    pub handshake_time: Duration,
 }
 
 impl Default for Limits {
@@ -38,7 +43,48 @@ impl Default for Limits {
             connections: 256,
             connections_per_client: 32,
             open_files_per_client: 64,
+            handshakes: 64,
+            handshakes_per_client: 8,
+            handshake_time: Duration::from_secs(10),
         }
+    }
+}
+
+/// Connections that have not proven the secret yet, oldest first.
+#[derive(Debug, Default)]
+struct Handshakes {
+    next: u64,
+    open: VecDeque<(u64, IpAddr, TcpStream)>,
+}
+
+impl Handshakes {
+    /// Registers a connection; drops the oldest past the limits (of its
+    /// address first, then of all). Returns its number.
+    fn enter(&mut self, ip: IpAddr, stream: &TcpStream, limits: &Limits) -> io::Result<u64> {
+        let mine = self.open.iter().filter(|(_, a, _)| *a == ip).count();
+        if mine >= limits.handshakes_per_client.max(1) {
+            self.shed(|(_, a, _)| *a == ip);
+        }
+        if self.open.len() >= limits.handshakes.max(1) {
+            self.shed(|_| true);
+        }
+        self.next += 1;
+        self.open.push_back((self.next, ip, stream.try_clone()?));
+        Ok(self.next)
+    }
+
+    /// Cuts the oldest connection that `which` picks.
+    fn shed(&mut self, which: impl Fn(&(u64, IpAddr, TcpStream)) -> bool) {
+        if let Some(i) = self.open.iter().position(which) {
+            if let Some((_, ip, s)) = self.open.remove(i) {
+                tracing::info!("{ip}: dropped while authenticating: too many handshakes");
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.open.retain(|(n, _, _)| *n != id);
     }
 }
 
@@ -77,6 +123,7 @@ struct Shared {
     shm_dir: PathBuf,
     next_ep: AtomicU32,
     clients: Mutex<HashMap<IpAddr, Usage>>,
+    handshakes: Mutex<Handshakes>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -203,6 +250,7 @@ impl Server {
                 shm_dir: cfg.shm_dir,
                 next_ep: AtomicU32::new(FIRST_SESSION_EP),
                 clients: Mutex::new(HashMap::new()),
+                handshakes: Mutex::new(Handshakes::default()),
             }),
         })
     }
@@ -247,36 +295,58 @@ fn refuse(stream: &mut TcpStream, f: Failure) {
     );
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     let ip = peer.ip();
+    let _ = stream.set_nodelay(true);
+    let until = Instant::now() + shared.limits.handshake_time;
+    let entered = lock(&shared.handshakes).enter(ip, &stream, &shared.limits);
+    let Ok(id) = entered else { return };
+    let proven = authenticate(&shared, &mut stream, until);
+    lock(&shared.handshakes).leave(id);
+    let (client, nonce) = match proven {
+        Ok(x) => x,
+        Err(f) => {
+            tracing::warn!("{peer}: not authenticated: {}", f.message);
+            refuse(&mut stream, f);
+            return;
+        }
+    };
     if let Err(f) = shared.admit(ip) {
         tracing::info!("{peer}: refused: {}", f.message);
         refuse(&mut stream, f);
         return;
     }
-    let _ = stream.set_nodelay(true);
-    match authenticate(&shared, &mut stream) {
-        Ok(client) => {
+    match welcome(&shared, &mut stream, &nonce) {
+        Ok(()) => {
             tracing::info!("{peer}: authenticated");
+            if let Ok(addr) = client.tcp.parse() {
+                shared.node.add_peer(client.node, addr);
+            }
             if let Err(e) = session::Session::new(shared.clone(), stream, ip, client).run() {
                 tracing::info!("{peer}: session ended: {e}");
             }
         }
-        Err(f) => {
-            tracing::warn!("{peer}: not authenticated: {}", f.message);
-            refuse(&mut stream, f);
-        }
+        Err(f) => tracing::info!("{peer}: {}", f.message),
     }
     shared.leave(ip);
 }
 
-/// Runs the challenge; returns the client's fabric node.
-fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, Failure> {
-    let io_fail = |e: &dyn std::fmt::Display| Failure::new(Code::Auth, format!("handshake: {e}"));
+fn io_fail(e: &dyn std::fmt::Display) -> Failure {
+    Failure::new(Code::Auth, format!("handshake: {e}"))
+}
+
+/// Runs the challenge, all of it by `until`; returns the client's fabric
+/// node and its nonce, for the server's proof.
+fn authenticate(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    until: Instant,
+) -> Result<(FabricInfo, [u8; 32]), Failure> {
     let nonce = auth::nonce().map_err(|e| io_fail(&e))?;
-    stream
-        .set_read_timeout(Some(AUTH_TIMEOUT))
-        .map_err(|e| io_fail(&e))?;
     wire_io::send(
         stream,
         &Reply::Challenge {
@@ -285,7 +355,8 @@ fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, F
         },
     )
     .map_err(|e| io_fail(&e))?;
-    let req: Request = wire_io::recv(stream, proto::MAX_REQUEST).map_err(|e| io_fail(&e))?;
+    let mut by = wire_io::ByDeadline { stream, until };
+    let req: Request = wire_io::recv(&mut by, proto::MAX_REQUEST).map_err(|e| io_fail(&e))?;
     let Request::Auth {
         version,
         proof,
@@ -310,6 +381,15 @@ fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, F
             "authentication failed: wrong secret",
         ));
     }
+    Ok((fabric, client_nonce))
+}
+
+/// Proves the server knows the secret too, and names its fabric node.
+fn welcome(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    client_nonce: &[u8; 32],
+) -> Result<(), Failure> {
     let local = stream.local_addr().map_err(|e| io_fail(&e))?;
     let tcp = match shared.node.tcp_addr() {
         Some(a) if !a.ip().is_unspecified() => a,
@@ -325,14 +405,11 @@ fn authenticate(shared: &Shared, stream: &mut TcpStream) -> Result<FabricInfo, F
     wire_io::send(
         stream,
         &Reply::Welcome {
-            proof: shared.secret.server_proof(&client_nonce),
+            proof: shared.secret.server_proof(client_nonce),
             fabric: mine,
         },
     )
     .map_err(|e| io_fail(&e))?;
     stream.set_read_timeout(None).map_err(|e| io_fail(&e))?;
-    if let Ok(addr) = fabric.tcp.parse() {
-        shared.node.add_peer(fabric.node, addr);
-    }
-    Ok(fabric)
+    Ok(())
 }

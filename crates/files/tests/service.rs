@@ -526,3 +526,57 @@ fn a_lane_no_gateway_answers_on_fails_cleanly_and_the_session_goes_on() {
     // The same connection still answers.
     assert_eq!(c.stat("f").unwrap().size, 100_000);
 }
+
+/// A client that announces a 1000-byte request, then sends one byte of it
+/// every 200 ms; how long until the server cut it (None: never, in
+/// `limit`).
+fn slow_drip(addr: &str, limit: std::time::Duration) -> Option<std::time::Duration> {
+    let start = std::time::Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut challenge = [0u8; 256];
+    let _ = s.read(&mut challenge);
+    s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    s.write_all(&1000u32.to_le_bytes()).unwrap();
+    while start.elapsed() < limit {
+        if s.write_all(&[0]).is_err() {
+            return Some(start.elapsed());
+        }
+        match s.read(&mut challenge) {
+            Ok(0) => return Some(start.elapsed()),
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return Some(start.elapsed()),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn slow_drip_clients_are_cut_at_the_deadline_and_good_ones_still_get_in() {
+    let limits = Limits {
+        handshake_time: std::time::Duration::from_secs(1),
+        handshakes_per_client: 4,
+        handshakes: 8,
+        ..Limits::default()
+    };
+    let f = serve(false, limits);
+    let attackers: Vec<_> = (0..16)
+        .map(|_| {
+            let addr = f.addr.clone();
+            std::thread::spawn(move || slow_drip(&addr, std::time::Duration::from_secs(8)))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // While they hold on, a good client from the same address gets in.
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let c = f.client(SECRET);
+        assert!(c.is_ok(), "{:?}", c.err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    }
+    for a in attackers {
+        let cut = a.join().unwrap().expect("the server cut the slow client");
+        // One deadline for the whole exchange (1 s), however it trickles.
+        assert!(cut < std::time::Duration::from_millis(2500), "{cut:?}");
+    }
+}

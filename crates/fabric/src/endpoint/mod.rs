@@ -570,7 +570,7 @@ impl Endpoint {
             match deadline {
                 Deadline::Now => return Ok(None),
                 Deadline::At(t)
-                    if (!polling || self.idle_spins % 256 == 0) && Instant::now() >= t =>
+                    if (!polling || self.idle_spins.is_multiple_of(256)) && Instant::now() >= t =>
                 {
                     return Ok(None)
                 }
@@ -676,8 +676,9 @@ impl Endpoint {
         }
         // The datagram socket costs a system call per look: while polling,
         // look every pass only once datagrams are in use, else now and then.
-        let look =
-            self.udp_hot || self.core.completion == Completion::Wait || self.idle_spins % 64 == 0;
+        let look = self.udp_hot
+            || self.core.completion == Completion::Wait
+            || self.idle_spins.is_multiple_of(64);
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
             match udp.progress(&mut self.core, user)? {
                 Step::Delivered(r) => {
