@@ -163,66 +163,118 @@ pub enum FitError {
     Nothing,
 }
 
-/// `plan latency`: the model fitted to a `bench breakdown --json` file
-/// (term by term) or a `bench lat --json` file (the total alone, shown as
-/// T_net); without one, DP-II's own breakdowns.
-pub fn report(json: Option<&str>) -> Result<Report, FitError> {
-    let Some(json) = json else {
-        return Ok(
-            Report::new(table(&fit(&PAPER).unwrap_or_default(), &[]), &PAPER).paper(paper(), &[]),
-        );
-    };
+/// One fitted group of a benchmark's rows (a transport; with `bench lat`,
+/// a pattern too).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fitted {
+    /// The group: transport, and pattern where the rows name one.
+    pub group: String,
+    /// The terms.
+    pub model: Model,
+    /// (bytes, measured microseconds) of its rows.
+    pub measured: Vec<(f64, f64)>,
+}
+
+/// Fits each group of a benchmark's rows: term by term from `bench
+/// breakdown`'s, the total alone (shown as T_net) from `bench lat`'s.
+pub fn fit_rows(json: &str) -> Result<Vec<Fitted>, FitError> {
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(json).map_err(|e| FitError::NotRows(e.to_string()))?;
     let num = |r: &serde_json::Value, k: &str| r[k].as_f64();
-    let samples: Vec<Sample> = rows
-        .iter()
-        .filter_map(|r| {
-            let terms = [
-                num(r, "startup")?,
-                num(r, "send")?,
-                num(r, "net")?,
-                num(r, "delivery")?,
-            ];
-            Some(Sample {
-                size: num(r, "size")?,
-                terms,
-            })
-        })
-        .collect();
-    let measured: Vec<(f64, f64)> = rows
-        .iter()
-        .filter_map(|r| {
-            Some((
-                num(r, "size")?,
-                num(r, "total").or(r["usec"]["median"].as_f64())?,
-            ))
-        })
-        .collect();
-    let model = match fit(&samples) {
-        Some(m) => m,
-        None => Model {
-            net: fit_total(&measured).ok_or(FitError::Nothing)?,
-            ..Model::default()
-        },
-    };
-    let pts = |f: &dyn Fn(f64, f64) -> f64| {
-        measured
+    let mut groups: Vec<(String, Vec<&serde_json::Value>)> = Vec::new();
+    for r in &rows {
+        let name = [&r["transport"], &r["test"], &r["mode"], &r["completion"]]
             .iter()
-            .map(|&(l, us)| (l.max(1.0), f(l, us)))
-            .collect()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        match groups.iter_mut().find(|(g, _)| *g == name) {
+            Some((_, v)) => v.push(r),
+            None => groups.push((name, vec![r])),
+        }
+    }
+    let mut out = Vec::new();
+    for (group, rows) in groups {
+        let samples: Vec<Sample> = rows
+            .iter()
+            .filter_map(|r| {
+                let terms = [
+                    num(r, "startup")?,
+                    num(r, "send")?,
+                    num(r, "net")?,
+                    num(r, "delivery")?,
+                ];
+                Some(Sample {
+                    size: num(r, "size")?,
+                    terms,
+                })
+            })
+            .collect();
+        let measured: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    num(r, "size")?,
+                    num(r, "total").or(r["usec"]["median"].as_f64())?,
+                ))
+            })
+            .collect();
+        let model = match fit(&samples) {
+            Some(m) => m,
+            None => match fit_total(&measured) {
+                Some(net) => Model {
+                    net,
+                    ..Model::default()
+                },
+                None => continue,
+            },
+        };
+        out.push(Fitted {
+            group,
+            model,
+            measured,
+        });
+    }
+    if out.is_empty() {
+        return Err(FitError::Nothing);
+    }
+    Ok(out)
+}
+
+/// `plan latency`: the model fitted to each transport of a `bench
+/// breakdown --json` file (term by term) or a `bench lat --json` file (the
+/// total alone, shown as T_net); without one, DP-II's own breakdowns.
+pub fn report(json: Option<&str>) -> Result<Report, FitError> {
+    let fitted = match json {
+        Some(j) => fit_rows(j)?,
+        None => vec![Fitted {
+            group: "DP-II on Gigabit Ethernet".into(),
+            model: fit(&PAPER).unwrap_or_default(),
+            measured: PAPER
+                .iter()
+                .map(|s| (s.size, s.terms.iter().sum()))
+                .collect(),
+        }],
     };
+    let mut text = String::new();
+    let mut series = Vec::new();
+    for f in &fitted {
+        text += &format!("{}:\n{}\n", f.group, table(&f.model, &f.measured));
+        let pts = |g: &dyn Fn(f64, f64) -> f64| {
+            f.measured
+                .iter()
+                .map(|&(l, us)| (l.max(1.0), g(l, us)))
+                .collect()
+        };
+        series.push((format!("{} measured", f.group), pts(&|_, us| us)));
+        series.push((format!("{} model", f.group), pts(&|l, _| f.model.total(l))));
+    }
     let plot = Plot {
         title: "L(l): DP-II's model fitted, against the measured latency",
         axes: ("bytes", "microseconds"),
-        series: vec![
-            ("measured".into(), pts(&|_, us| us)),
-            ("model".into(), pts(&|l, _| model.total(l))),
-        ],
+        series,
     };
-    Ok(Report::new(table(&model, &measured), &model)
-        .paper(paper(), &[])
-        .plot(plot))
+    Ok(Report::new(text, &fitted).paper(paper(), &[]).plot(plot))
 }
 
 /// The fitted terms, and the model's total beside each measured one.
@@ -313,15 +365,26 @@ mod tests {
         let breakdown = r#"[{"transport":"shm","size":1,"startup":0.1,"send":0.2,"net":0.3,"delivery":0.4,"total":1.0},
                            {"transport":"shm","size":1001,"startup":0.1,"send":1.2,"net":2.3,"delivery":0.4,"total":4.0}]"#;
         let r = report(Some(breakdown)).unwrap();
+        let m = &r.rows[0]["model"];
         assert!(
-            (r.rows["send"]["per_byte_ns"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+            (m["send"]["per_byte_ns"].as_f64().unwrap() - 1.0).abs() < 1e-9,
             "{}",
             r.rows
         );
-        assert!((r.rows["net"]["per_byte_ns"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        assert!((m["net"]["per_byte_ns"].as_f64().unwrap() - 2.0).abs() < 1e-9);
         let lat = r#"[{"test":"PingPong","size":8,"usec":{"median":5.0}},{"test":"PingPong","size":1008,"usec":{"median":6.0}}]"#;
         let r = report(Some(lat)).unwrap();
-        assert!((r.rows["net"]["per_byte_ns"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        assert!((r.rows[0]["model"]["net"]["per_byte_ns"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        // Two transports are fitted apart.
+        let two = r#"[{"transport":"shm","size":1,"total":1.0},{"transport":"shm","size":1001,"total":2.0},
+                      {"transport":"tcp","size":1,"total":10.0},{"transport":"tcp","size":1001,"total":30.0}]"#;
+        let f = fit_rows(two).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[0].group.as_str(), f[1].group.as_str()), ("shm", "tcp"));
+        assert!(
+            (f[0].model.net.per_byte_ns - 1.0).abs() < 1e-9
+                && (f[1].model.net.per_byte_ns - 20.0).abs() < 1e-9
+        );
         assert_eq!(report(Some("[]")).unwrap_err(), FitError::Nothing);
         assert!(matches!(report(Some("{")), Err(FitError::NotRows(_))));
         assert!(report(None).unwrap().paper.len() == 4);
