@@ -57,7 +57,7 @@ fn storage_range_latency_and_interconnect_print_their_papers() {
     assert!(plan(&["range", "--paper"]).contains("8 figures, 4 differ"));
     let r = plan(&["range", "--km", "2", "--window", "256KiB"]);
     assert!(r.contains("39.80") && r.contains("100.0%"), "{r}");
-    assert!(plan(&["latency", "--paper"]).contains("4 figures, 1 differ"));
+    assert!(plan(&["latency", "--paper"]).contains("12 figures, 1 differ"));
     assert!(plan(&["interconnect", "--hosts", "16"]).contains("17200"));
 }
 
