@@ -130,6 +130,21 @@ impl Latency {
     }
 }
 
+/// A row of `run` for each transport and size.
+fn each<R>(
+    transports: &[Transport],
+    sizes: &[usize],
+    mut run: impl FnMut(Transport, usize) -> macrolink_fabric::Result<R>,
+) -> anyhow::Result<Vec<R>> {
+    let mut rows = Vec::new();
+    for &t in transports {
+        for &size in sizes {
+            rows.push(run(t, size)?);
+        }
+    }
+    Ok(rows)
+}
+
 /// One-way latency of each transport and size.
 pub fn oneway(
     client: &mut Client,
@@ -137,13 +152,7 @@ pub fn oneway(
     sizes: &[usize],
     count: u64,
 ) -> anyhow::Result<Vec<OneWayRow>> {
-    let mut rows = Vec::new();
-    for &t in transports {
-        for &size in sizes {
-            rows.push(client.oneway(t, size, count)?);
-        }
-    }
-    Ok(rows)
+    each(transports, sizes, |t, size| client.oneway(t, size, count))
 }
 
 /// DP-II's latency breakdown of each transport and size.
@@ -153,11 +162,7 @@ pub fn breakdown(
     sizes: &[usize],
     count: u64,
 ) -> anyhow::Result<Vec<BreakdownRow>> {
-    let mut rows = Vec::new();
-    for &t in transports {
-        for &size in sizes {
-            rows.push(client.breakdown(t, size, count)?);
-        }
-    }
-    Ok(rows)
+    each(transports, sizes, |t, size| {
+        client.breakdown(t, size, count)
+    })
 }
