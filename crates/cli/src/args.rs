@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use macrolink_fabric::NodeConfig;
+use macrolink_fabric::{Key, NodeConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -30,10 +30,13 @@ pub struct NodeArgs {
     /// Largest datagram payload in bytes.
     #[arg(long, default_value_t = macrolink_fabric::DEFAULT_MTU)]
     pub mtu: usize,
+    /// File of the secret whose key peers must prove (else MACROLINK_SECRET).
+    #[arg(long, env = "MACROLINK_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
 }
 
 impl NodeArgs {
-    pub fn config(&self) -> NodeConfig {
+    pub fn config(&self) -> anyhow::Result<NodeConfig> {
         let mut cfg = NodeConfig::local(
             self.node,
             self.shm_dir
@@ -44,7 +47,11 @@ impl NodeArgs {
         cfg.udp = Some(self.udp);
         cfg.peers = self.peers.iter().copied().collect();
         cfg.datagram_mtu = self.mtu;
-        cfg
+        if let Some(p) = &self.secret_file {
+            let b = std::fs::read(p).with_context(|| p.display().to_string())?;
+            cfg.key = Some(Key::from_secret(&b)?);
+        }
+        Ok(cfg)
     }
 }
 

@@ -26,7 +26,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.child.apply();
-    let node = Node::start(args.node.config()).context("starting the node")?;
+    let node = Node::start(args.node.config()?).context("starting the node")?;
     let cfg = EndpointConfig {
         completion: args.completion,
         ..EndpointConfig::default()

@@ -89,11 +89,11 @@ fn main() -> anyhow::Result<()> {
         Command::Plan(a) => plan::run(a),
         Command::Gateway(a) => {
             a.child.apply();
-            roles::gateway(a.node.config(), &a.node.peers, a.ep)
+            roles::gateway(a.node.config()?, &a.node.peers, a.ep)
         }
         Command::Sink(a) => {
             a.child.apply();
-            roles::sink(a.node.config(), a.ep)
+            roles::sink(a.node.config()?, a.ep)
         }
     }
 }

@@ -250,16 +250,15 @@ fn a_gateway_that_comes_back_is_taken_into_use_again() {
 /// heartbeats and never reads the answers.
 fn hung_client(gateway: std::net::SocketAddr, pings: u64) -> std::net::TcpStream {
     use macrolink_gateway::msg::Msg;
-    use macrolink_wire::{FrameKind, Header, HEADER_LEN};
-    use std::io::{Read, Write};
+    use macrolink_wire::{FrameKind, Header};
+    use std::io::Write;
     let me = Addr::new(99, 1);
     let mut s = std::net::TcpStream::connect(gateway).unwrap();
     let mut h = Header::new(FrameKind::Hello);
     (h.src_node, h.src_ep, h.dst_ep) = (me.node, me.ep, 1);
-    s.write_all(&h.encode()).unwrap();
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
+    let key = macrolink_fabric::Key::from_env().unwrap();
+    macrolink_fabric::handshake(&mut s, &key.unwrap_or_else(macrolink_fabric::Key::open), h)
+        .unwrap();
     let mut w = s.try_clone().unwrap();
     std::thread::spawn(move || {
         let mut out = Vec::new();

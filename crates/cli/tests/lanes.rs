@@ -36,12 +36,14 @@ impl Site {
         let gateways: Vec<Peer> = (0..2)
             .map(|i| {
                 let peer = format!("10={fabric}");
+                let secret = dir.path().join("secret");
+                let secret = secret.to_str().unwrap();
                 Peer::spawn_role(
                     Path::new(EXE),
                     "gateway",
                     21 + i,
                     dir.path(),
-                    &["--peer", &peer],
+                    &["--peer", &peer, "--secret-file", secret],
                 )
                 .expect("gateway starts")
             })

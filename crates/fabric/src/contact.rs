@@ -5,30 +5,44 @@
 //! ```text
 //!  initiator endpoint                 node of the target
 //!  ─────────────────                  ──────────────────
-//!  connect(tcp | unix socket) ───────► acceptor thread
-//!  Hello{src, dst_ep[, segment]} ────► handshake thread: endpoint open?
-//!                      ◄───────────── HelloOk / HelloRefused
+//!  connect(tcp | unix socket) ───────► acceptor thread ─► gate (deadline, caps)
+//!                      ◄───────────── Challenge{nonce}
+//!  Hello{src, dst_ep, session}
+//!   + Proof (+ segment memfd) ───────► handshake thread: key proven? endpoint
+//!                                      open? of its session?
+//!                      ◄───────────── HelloOk + proof / HelloRefused
 //!                                      stream handed to the endpoint's inbox,
 //!                                      eventfd rung; the endpoint adopts it
 //!                                      on its next progress call
 //! ```
 //!
+//! Both sides prove the fabric key ([`crate::Key`]); a peer that cannot is
+//! refused before it reaches any endpoint. The whole handshake has one
+//! deadline, and the node's [`Gate`] caps how many are pending.
+//!
 //! [`NodeShared`] is what a node's endpoints and acceptors share; the
 //! `Node` that owns it ([`crate::node`]) only starts and stops them.
 
-use macrolink_wire::{Flags, FrameKind, Header, Refusal, HEADER_LEN};
+use macrolink_wire::{
+    Challenge, Flags, FrameKind, Header, Proof, Refusal, CHALLENGE_LEN, HEADER_LEN, MAC_LEN,
+    PROOF_LEN,
+};
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::gate::{Gate, Source, Timed};
+use crate::key::{self, Key};
 use crate::sys::{self, EventFd};
+use crate::transport::memfd;
 use crate::transport::shm::{ShmStream, Side};
 use crate::transport::Stream;
 use crate::types::{Addr, Transport};
@@ -54,6 +68,11 @@ pub(crate) struct Inbox {
     flag: AtomicBool,
     pub(crate) wake: EventFd,
     pub(crate) udp_port: u16,
+    /// The one peer node (and the session token) the endpoint hears, if
+    /// bound.
+    session: Mutex<Option<(u32, u64)>>,
+    /// Connections and frames refused because they were of another session.
+    pub(crate) strangers: AtomicU64,
 }
 
 impl Inbox {
@@ -63,7 +82,33 @@ impl Inbox {
             flag: AtomicBool::new(false),
             wake: EventFd::new()?,
             udp_port,
+            session: Mutex::new(None),
+            strangers: AtomicU64::new(0),
         })
+    }
+
+    /// Binds the endpoint to one peer node and session token.
+    pub(crate) fn bind(&self, node: u32, token: u64) {
+        *lock(&self.session) = Some((node, token));
+    }
+
+    /// The session token outgoing hellos carry (0 when unbound).
+    pub(crate) fn token(&self) -> u64 {
+        lock(&self.session).map_or(0, |(_, t)| t)
+    }
+
+    /// Whether a connection from `peer` with `token` (or a datagram from
+    /// `peer`, with `None`) is of the endpoint's session (always, when it is
+    /// not bound); counts the ones that are not.
+    pub(crate) fn admits(&self, peer: Addr, token: Option<u64>) -> bool {
+        let ok = match *lock(&self.session) {
+            None => true,
+            Some((n, t)) => n == peer.node && token.is_none_or(|x| x == t),
+        };
+        if !ok {
+            self.strangers.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
     }
 
     fn push(&self, inc: Incoming) {
@@ -91,12 +136,15 @@ pub(crate) struct NodeShared {
     pub(crate) mtu: usize,
     pub(crate) ring: usize,
     pub(crate) shm_dir: Option<PathBuf>,
-    pub(crate) seg_dir: PathBuf,
     pub(crate) tcp_addr: Option<SocketAddr>,
     pub(crate) udp_ip: Option<IpAddr>,
     peers: Mutex<BTreeMap<u32, SocketAddr>>,
     registry: Mutex<HashMap<u32, Arc<Inbox>>>,
-    seg_counter: AtomicU64,
+    key: Key,
+    /// What every datagram of this fabric carries in its `key` field, as
+    /// InfiniBand's Q_Key: derived from the fabric key.
+    pub(crate) datagram_token: u64,
+    pub(crate) gate: Gate,
     stopping: AtomicBool,
 }
 
@@ -108,22 +156,24 @@ impl NodeShared {
         mtu: usize,
         ring: usize,
         shm_dir: Option<PathBuf>,
-        seg_dir: PathBuf,
         tcp_addr: Option<SocketAddr>,
         udp_ip: Option<IpAddr>,
         peers: BTreeMap<u32, SocketAddr>,
+        key: Key,
+        gate: Gate,
     ) -> NodeShared {
         NodeShared {
             id,
             mtu,
             ring,
             shm_dir,
-            seg_dir,
             tcp_addr,
             udp_ip,
             peers: Mutex::new(peers),
             registry: Mutex::new(HashMap::new()),
-            seg_counter: AtomicU64::new(0),
+            datagram_token: key.datagram_token(),
+            key,
+            gate,
             stopping: AtomicBool::new(false),
         }
     }
@@ -173,8 +223,15 @@ impl NodeShared {
         lock(&self.peers).get(&node).copied()
     }
 
-    /// Opens a connection from endpoint `from` to `to`.
-    pub(crate) fn connect(&self, from: Addr, to: Addr, transport: Transport) -> Result<Stream> {
+    /// Opens a connection from endpoint `from` to `to`; the hello carries
+    /// `session` (0: none).
+    pub(crate) fn connect(
+        &self,
+        from: Addr,
+        to: Addr,
+        transport: Transport,
+        session: u64,
+    ) -> Result<Stream> {
         let unreachable = Error::Unreachable {
             node: to.node,
             transport,
@@ -183,10 +240,11 @@ impl NodeShared {
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
+        hello.key = session;
         match transport {
             Transport::Tcp => {
                 let addr = self.tcp_peer(to.node).ok_or(unreachable)?;
-                self.connect_tcp(from, to, addr)
+                self.connect_tcp_within(from, to, addr, HANDSHAKE_TIMEOUT, None, session)
             }
             Transport::Shm => {
                 let path = self.sock_path(to.node).ok_or(unreachable)?;
@@ -199,32 +257,9 @@ impl NodeShared {
                     }
                     _ => e.into(),
                 })?;
-                s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-                // Unique on the host even for two nodes of one id in a process.
-                let mut salt = [0u8; 8];
-                getrandom::fill(&mut salt).map_err(|e| io::Error::other(e.to_string()))?;
-                let seg = self.seg_dir.join(format!(
-                    "macrolink-{}-{}-{}-{}-{:016x}",
-                    std::process::id(),
-                    from.node,
-                    from.ep,
-                    self.seg_counter.fetch_add(1, Ordering::Relaxed),
-                    u64::from_le_bytes(salt)
-                ));
-                let (_file, map) = ShmStream::create(&seg, self.ring)?;
-                let name = seg.as_os_str().as_encoded_bytes();
-                hello.len = name.len() as u32;
+                let (segment, map) = ShmStream::create(self.ring)?;
                 hello.total = self.ring as u64;
-                let sent = s
-                    .write_all(&hello.encode())
-                    .and_then(|()| s.write_all(name))
-                    .map_err(Error::from)
-                    .and_then(|()| expect_ok(&mut s, to));
-                // Both sides have it mapped (or the peer refused): the name
-                // is no longer needed.
-                let _ = std::fs::remove_file(&seg);
-                sent?;
-                s.set_read_timeout(None)?;
+                self.hello(&mut s, hello, Some(&segment), to)?;
                 Ok(Stream::Shm(Box::new(ShmStream::new(
                     map,
                     self.ring,
@@ -239,14 +274,9 @@ impl NodeShared {
         }
     }
 
-    /// Opens a TCP connection from endpoint `from` to `to` at `addr`.
-    pub(crate) fn connect_tcp(&self, from: Addr, to: Addr, addr: SocketAddr) -> Result<Stream> {
-        self.connect_tcp_within(from, to, addr, HANDSHAKE_TIMEOUT, None)
-    }
-
-    /// As `connect_tcp`, giving up on the connection after `dial`; with
-    /// `rail`, a rail that both ends fail within that many milliseconds of
-    /// its link going dark.
+    /// Opens a TCP connection from endpoint `from` to `to` at `addr`,
+    /// giving up on the connection after `dial`; with `rail`, a rail that
+    /// both ends fail within that many milliseconds of its link going dark.
     pub(crate) fn connect_tcp_within(
         &self,
         from: Addr,
@@ -254,21 +284,20 @@ impl NodeShared {
         addr: SocketAddr,
         dial: Duration,
         rail: Option<u32>,
+        session: u64,
     ) -> Result<Stream> {
         let mut hello = Header::new(FrameKind::Hello);
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
+        hello.key = session;
         let mut s = TcpStream::connect_timeout(&addr, dial)?;
         if let Some(ms) = rail {
             hello.flags = Flags::RAIL;
             sys::fail_fast(s.as_raw_fd(), ms)?;
         }
         s.set_nodelay(true)?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-        s.write_all(&hello.encode())?;
-        expect_ok(&mut s, to)?;
-        s.set_read_timeout(None)?;
+        self.hello(&mut s, hello, None, to)?;
         s.set_nonblocking(true)?;
         Ok(Stream::Tcp(s))
     }
@@ -280,14 +309,12 @@ impl NodeShared {
             transport: Transport::Udp,
         })?;
         let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let mut hello = Header::new(FrameKind::Hello);
         hello.flags = Flags::RESOLVE_UDP;
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
-        s.write_all(&hello.encode())?;
-        let port = expect_ok(&mut s, to)?;
+        let port = self.hello(&mut s, hello, None, to)?;
         if port == 0 || port > u64::from(u16::MAX) {
             return Err(Error::Unreachable {
                 node: to.node,
@@ -296,24 +323,75 @@ impl NodeShared {
         }
         Ok(SocketAddr::new(addr.ip(), port as u16))
     }
+
+    /// The initiator's side of the handshake (see [`handshake`]).
+    fn hello<S>(&self, s: &mut S, hello: Header, segment: Option<&File>, to: Addr) -> Result<u64>
+    where
+        S: Read + Write + AsRawFd + AsFd,
+    {
+        initiate(s, &self.key, hello, segment, to)
+    }
 }
 
-/// Reads the handshake answer; returns its `offset` field.
-fn expect_ok(s: &mut impl Read, to: Addr) -> Result<u64> {
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b)?;
-    let h = Header::decode(&b).map_err(|source| Error::Protocol {
+/// The initiator's side of the handshake on a connected socket, all of it
+/// within five seconds: answers the node's challenge with `hello` and its
+/// proof under `key`, and checks the node's proof. Returns the answer's
+/// `offset` field (the endpoint's UDP port for a resolve). For tools and
+/// tests that speak the fabric's wire by hand; endpoints dial by
+/// themselves.
+pub fn handshake(s: &mut TcpStream, key: &Key, hello: Header) -> Result<u64> {
+    let to = Addr::new(0, hello.dst_ep);
+    initiate(s, key, hello, None, to)
+}
+
+fn initiate<S>(s: &mut S, key: &Key, hello: Header, segment: Option<&File>, to: Addr) -> Result<u64>
+where
+    S: Read + Write + AsRawFd + AsFd,
+{
+    let protocol = |source| Error::Protocol {
         peer: to.to_string(),
         source,
-    })?;
+    };
+    let mut t = Timed {
+        stream: s,
+        until: Instant::now() + HANDSHAKE_TIMEOUT,
+    };
+    let mut c = [0u8; CHALLENGE_LEN];
+    t.read_exact(&mut c)?;
+    let challenge = Challenge::decode(&c).map_err(protocol)?;
+    let nonce = key::nonce()?;
+    let hb = hello.encode();
+    let proof = Proof {
+        nonce,
+        mac: key.initiator_mac(&challenge.nonce, &[&hb], &nonce),
+    };
+    let mut msg = [0u8; HEADER_LEN + PROOF_LEN];
+    msg[..HEADER_LEN].copy_from_slice(&hb);
+    msg[HEADER_LEN..].copy_from_slice(&proof.encode());
+    match segment {
+        Some(f) => {
+            t.ready(sys::Interest::Write)?;
+            memfd::send_with_fd(&*t.stream, &msg, f)?;
+        }
+        None => t.write_all(&msg)?,
+    }
+    let mut a = [0u8; HEADER_LEN];
+    t.read_exact(&mut a)?;
+    let h = Header::decode(&a).map_err(protocol)?;
     match h.kind {
-        FrameKind::HelloOk => Ok(h.offset),
+        FrameKind::HelloOk => {
+            let mut mac = [0u8; MAC_LEN];
+            t.read_exact(&mut mac)?;
+            let want = key.acceptor_mac(&nonce, &challenge.nonce, &a);
+            if !key::macs_match(&want, &mac) {
+                return Err(Error::Unauthenticated { peer: to });
+            }
+            Ok(h.offset)
+        }
         FrameKind::HelloRefused => match Refusal::from_code(h.offset) {
             Refusal::NoSuchEndpoint => Err(Error::NoSuchEndpoint(to)),
-            r => Err(Error::Io(io::Error::new(
-                io::ErrorKind::ConnectionRefused,
-                r.to_string(),
-            ))),
+            Refusal::Unauthenticated => Err(Error::Unauthenticated { peer: to }),
+            why => Err(Error::Refused { peer: to, why }),
         },
         _ => Err(Error::Io(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -344,7 +422,7 @@ pub(crate) fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Resu
                 let spawned = std::thread::Builder::new()
                     .name("ml-handshake".into())
                     .spawn(move || {
-                        if let Err(e) = handshake(&sh, a) {
+                        if let Err(e) = accept_one(&sh, a) {
                             tracing::debug!("handshake failed: {e}");
                         }
                     });
@@ -360,130 +438,183 @@ pub(crate) fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Resu
     }
 }
 
-fn reply(s: &mut impl Write, kind: FrameKind, code: u64) -> io::Result<()> {
-    let mut h = Header::new(kind);
-    h.offset = code;
-    s.write_all(&h.encode())
+fn refuse(s: &mut impl Write, why: Refusal) -> io::Result<Outcome> {
+    let mut h = Header::new(FrameKind::HelloRefused);
+    h.offset = why.code();
+    s.write_all(&h.encode())?;
+    Ok(Outcome::Done)
 }
 
-fn read_hello(s: &mut impl Read) -> io::Result<Header> {
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b)?;
-    match Header::decode(&b) {
-        Ok(h) if h.kind == FrameKind::Hello => Ok(h),
-        Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "expected hello")),
-        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-    }
+/// What a handshake ends with.
+enum Outcome {
+    /// Hand this stream to the endpoint.
+    Adopt(Arc<Inbox>, Incoming),
+    /// Nothing to hand on (answered a resolve, or refused).
+    Done,
 }
 
-fn handshake(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
-    match acc {
+fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
+    let outcome = match acc {
         Accepted::Tcp(mut s) => {
-            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+            let from = Source::Ip(s.peer_addr()?.ip());
+            let pass = shared.gate.enter(from, &s)?;
             s.set_nodelay(true)?;
-            let h = read_hello(&mut s)?;
-            if h.len != 0 {
-                return reply(&mut s, FrameKind::HelloRefused, Refusal::Malformed.code());
-            }
-            let Some(inbox) = shared.inbox(h.dst_ep) else {
-                return reply(
-                    &mut s,
-                    FrameKind::HelloRefused,
-                    Refusal::NoSuchEndpoint.code(),
-                );
-            };
-            if h.flags.contains(Flags::RESOLVE_UDP) {
-                return reply(&mut s, FrameKind::HelloOk, u64::from(inbox.udp_port));
-            }
-            if h.flags.contains(Flags::RAIL) {
-                // This end too must not wait on a dark link: a reader in
-                // the middle of a message from it, or a writer of answers
-                // into it, would hold the endpoint up.
-                sys::fail_fast(s.as_raw_fd(), RAIL_USER_TIMEOUT_MS)?;
-            }
-            reply(&mut s, FrameKind::HelloOk, 0)?;
-            s.set_read_timeout(None)?;
-            s.set_nonblocking(true)?;
-            inbox.push(Incoming {
-                peer: Addr::new(h.src_node, h.src_ep),
-                stream: Stream::Tcp(s),
-            });
-            Ok(())
+            let sock = s.try_clone()?;
+            greet(shared, &mut s, pass.until, false, move |h, _| {
+                if h.flags.contains(Flags::RAIL) {
+                    // This end too must not wait on a dark link: a reader in
+                    // the middle of a message from it, or a writer of answers
+                    // into it, would hold the endpoint up.
+                    sys::fail_fast(sock.as_raw_fd(), RAIL_USER_TIMEOUT_MS)?;
+                }
+                sock.set_nonblocking(true)?;
+                Ok(Stream::Tcp(sock))
+            })?
         }
         Accepted::Unix(mut s) => {
-            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-            let h = read_hello(&mut s)?;
-            let mut name = vec![0u8; h.len as usize];
-            s.read_exact(&mut name)?;
-            let Some(inbox) = shared.inbox(h.dst_ep) else {
-                return reply(
-                    &mut s,
-                    FrameKind::HelloRefused,
-                    Refusal::NoSuchEndpoint.code(),
-                );
-            };
-            let map = match segment_path(shared, &name)
-                .and_then(|p| ShmStream::open(&p, h.total as usize))
-            {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!("refusing shm connection: {e}");
-                    return reply(&mut s, FrameKind::HelloRefused, Refusal::Malformed.code());
-                }
-            };
-            reply(&mut s, FrameKind::HelloOk, 0)?;
-            s.set_read_timeout(None)?;
-            let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, s)?;
-            inbox.push(Incoming {
-                peer: Addr::new(h.src_node, h.src_ep),
-                stream: Stream::Shm(Box::new(stream)),
-            });
-            Ok(())
+            let uid =
+                rustix::net::sockopt::socket_peercred(&s).map_or(u32::MAX, |c| c.uid.as_raw());
+            let pass = shared.gate.enter(Source::Uid(uid), &s)?;
+            let sock = s.try_clone()?;
+            greet(shared, &mut s, pass.until, true, move |h, fd| {
+                let fd = fd.ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "no segment came with the hello")
+                })?;
+                let map = ShmStream::open(fd, h.total as usize)?;
+                let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock)?;
+                Ok(Stream::Shm(Box::new(stream)))
+            })?
+        }
+    };
+    if let Outcome::Adopt(inbox, inc) = outcome {
+        inbox.push(inc);
+    }
+    Ok(())
+}
+
+/// The acceptor's side of the handshake, all of it by `until`: challenge,
+/// hello and proof, the checks, then `make` builds the stream before the
+/// answer goes out.
+fn greet<S>(
+    shared: &NodeShared,
+    s: &mut S,
+    until: Instant,
+    unix: bool,
+    make: impl FnOnce(&Header, Option<OwnedFd>) -> io::Result<Stream>,
+) -> io::Result<Outcome>
+where
+    S: Read + Write + AsRawFd + AsFd,
+{
+    let challenge = Challenge {
+        nonce: key::nonce()?,
+    };
+    let mut t = Timed { stream: s, until };
+    t.write_all(&challenge.encode())?;
+    let (msg, fd) = read_hello(&mut t, unix)?;
+    let h = match Header::decode(&msg) {
+        Ok(h) if h.kind == FrameKind::Hello && h.len == 0 => h,
+        _ => return refuse(&mut t, Refusal::Malformed),
+    };
+    let proof = Proof::decode(&msg[HEADER_LEN..])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let want = shared
+        .key
+        .initiator_mac(&challenge.nonce, &[&msg[..HEADER_LEN]], &proof.nonce);
+    if !key::macs_match(&want, &proof.mac) {
+        tracing::warn!(
+            "refused node {} (endpoint {}): it did not prove the fabric key",
+            h.src_node,
+            h.src_ep
+        );
+        return refuse(&mut t, Refusal::Unauthenticated);
+    }
+    let Some(inbox) = shared.inbox(h.dst_ep) else {
+        return refuse(&mut t, Refusal::NoSuchEndpoint);
+    };
+    let peer = Addr::new(h.src_node, h.src_ep);
+    let resolve = h.flags.contains(Flags::RESOLVE_UDP);
+    if !resolve && !inbox.admits(peer, Some(h.key)) {
+        tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);
+        return refuse(&mut t, Refusal::OtherSession);
+    }
+    let answer = |t: &mut Timed<'_, S>, port: u64| -> io::Result<()> {
+        let mut a = Header::new(FrameKind::HelloOk);
+        a.offset = port;
+        let ab = a.encode();
+        let mac = shared.key.acceptor_mac(&proof.nonce, &challenge.nonce, &ab);
+        let mut out = [0u8; HEADER_LEN + MAC_LEN];
+        out[..HEADER_LEN].copy_from_slice(&ab);
+        out[HEADER_LEN..].copy_from_slice(&mac);
+        t.write_all(&out)
+    };
+    if resolve {
+        answer(&mut t, u64::from(inbox.udp_port))?;
+        return Ok(Outcome::Done);
+    }
+    let stream = match make(&h, fd) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("refusing a connection from {peer}: {e}");
+            return refuse(&mut t, Refusal::Malformed);
+        }
+    };
+    answer(&mut t, 0)?;
+    Ok(Outcome::Adopt(inbox, Incoming { peer, stream }))
+}
+
+/// Reads a hello and its proof, and over a unix socket the descriptor that
+/// came with them.
+fn read_hello<S>(t: &mut Timed<'_, S>, unix: bool) -> io::Result<(HelloMsg, Option<OwnedFd>)>
+where
+    S: Read + Write + AsRawFd + AsFd,
+{
+    let mut msg = [0u8; HEADER_LEN + PROOF_LEN];
+    if !unix {
+        t.read_exact(&mut msg)?;
+        return Ok((msg, None));
+    }
+    let mut got = 0;
+    let mut fd = None;
+    while got < msg.len() {
+        t.ready(sys::Interest::Read)?;
+        match memfd::recv_with_fd(&*t.stream, &mut msg[got..])? {
+            Some((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Some((n, f)) => {
+                got += n;
+                fd = fd.or(f);
+            }
+            None => {}
         }
     }
+    Ok((msg, fd))
 }
 
-/// The segment a peer names must be one of ours: in the segment directory,
-/// with our prefix.
-fn segment_path(shared: &NodeShared, name: &[u8]) -> io::Result<PathBuf> {
-    let p = PathBuf::from(
-        std::str::from_utf8(name)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "segment name not UTF-8"))?,
-    );
-    let ok = p.parent() == Some(shared.seg_dir.as_path())
-        && p.file_name()
-            .and_then(|f| f.to_str())
-            .is_some_and(|f| f.starts_with("macrolink-") && !f.contains('/'));
-    if ok {
-        Ok(p)
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "segment outside the segment directory",
-        ))
-    }
-}
+/// A hello header and its proof, as they arrived.
+type HelloMsg = [u8; HEADER_LEN + PROOF_LEN];
 
-/// Removes segment and region files whose creating process is gone (it was
-/// killed before it could remove them).
+/// Removes the sockets of nodes that died without removing them (nothing
+/// listens there any more). A socket younger than a second is left alone:
+/// its node may be between `bind` and `listen`.
 pub(crate) fn sweep_stale(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("macrolink-")) else {
-            continue;
-        };
-        let rest = rest.strip_prefix("region-").unwrap_or(rest);
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } == -1
-            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
-            let _ = std::fs::remove_file(e.path());
+        let ours = name
+            .to_str()
+            .is_some_and(|n| n.starts_with("node-") && n.ends_with(".sock"));
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(1));
+        if ours && old {
+            if let Err(err) = UnixStream::connect(e.path()) {
+                if err.kind() == io::ErrorKind::ConnectionRefused {
+                    tracing::debug!("removed the socket of a dead node: {}", e.path().display());
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
         }
     }
 }
@@ -493,19 +624,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn files_of_dead_processes_are_swept_and_live_ones_kept() {
+    fn sockets_of_dead_nodes_are_swept_and_live_ones_kept() {
         let d = tempfile::tempdir().unwrap();
-        let dead = d.path().join("macrolink-region-2147483646-00ff");
-        let dead_seg = d.path().join("macrolink-2147483646-1-1-0-00ff");
-        let live = d
-            .path()
-            .join(format!("macrolink-region-{}-00ff", std::process::id()));
-        let other = d.path().join("unrelated-2147483646");
-        for p in [&dead, &dead_seg, &live, &other] {
-            std::fs::write(p, b"x").unwrap();
-        }
+        let dead = d.path().join("node-7.sock");
+        drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+        let live = d.path().join("node-8.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let other = d.path().join("unrelated.sock");
+        drop(std::os::unix::net::UnixListener::bind(&other).unwrap());
+        let young = d.path().join("node-9.sock");
+        std::thread::sleep(Duration::from_millis(1100));
+        drop(std::os::unix::net::UnixListener::bind(&young).unwrap());
         sweep_stale(d.path());
-        assert!(!dead.exists() && !dead_seg.exists());
-        assert!(live.exists() && other.exists());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists() && young.exists());
     }
 }

@@ -65,6 +65,20 @@ pub enum Error {
     /// The target refused a put; its region is unchanged.
     #[error("put refused by the target: {0}")]
     PutRefused(Refusal),
+    /// The peer's node refused the connection.
+    #[error("{peer} refused the connection: {why}")]
+    Refused {
+        /// Endpoint that was dialled.
+        peer: Addr,
+        /// Why.
+        why: Refusal,
+    },
+    /// The peer could not prove the fabric key.
+    #[error("{peer} did not prove the fabric key: it is not of this cluster (check MACROLINK_SECRET or MACROLINK_SECRET_FILE on both)")]
+    Unauthenticated {
+        /// Endpoint that was dialled.
+        peer: Addr,
+    },
     /// The region key is not registered on this endpoint.
     #[error("no region with that key")]
     NoSuchRegion,

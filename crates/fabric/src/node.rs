@@ -8,13 +8,15 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::contact::{accept_loop, sweep_stale, Accepted, NodeShared};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::gate::{self, Gate};
+use crate::key::Key;
 use crate::sys;
 use crate::types::EndpointConfig;
 
@@ -41,6 +43,11 @@ pub struct NodeConfig {
     pub datagram_mtu: usize,
     /// Bytes of each shared-memory ring (a power of two).
     pub shm_ring: usize,
+    /// The key peers must prove; `None` takes it from the environment
+    /// ([`Key::from_env`]), and without one there the fabric is open.
+    pub key: Option<Key>,
+    /// Unproven peers the listeners bear.
+    pub handshakes: gate::Limits,
 }
 
 impl NodeConfig {
@@ -55,6 +62,8 @@ impl NodeConfig {
             peers: BTreeMap::new(),
             datagram_mtu: DEFAULT_MTU,
             shm_ring: DEFAULT_RING,
+            key: None,
+            handshakes: gate::Limits::default(),
         }
     }
 }
@@ -85,12 +94,20 @@ impl Node {
                 format!("datagram MTU must be 1..={}", macrolink_wire::MAX_DATAGRAM),
             )));
         }
+        let key = match cfg.key.clone() {
+            Some(k) => k,
+            None => Key::from_env()?.unwrap_or_else(|| {
+                tracing::debug!("node {}: no secret given: the fabric is open", cfg.id);
+                Key::open()
+            }),
+        };
         let tcp = cfg.tcp.map(TcpListener::bind).transpose()?;
         let tcp_addr = tcp.as_ref().map(|l| l.local_addr()).transpose()?;
         let mut sock_path = None;
         let unix = match &cfg.shm_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
+                sweep_stale(dir);
                 let path = dir.join(format!("node-{}.sock", cfg.id));
                 // A socket file left by a dead node of the same id.
                 if UnixStream::connect(&path).is_err() {
@@ -102,21 +119,16 @@ impl Node {
             }
             None => None,
         };
-        let seg_dir = match &cfg.shm_dir {
-            Some(_) if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-            Some(d) => d.clone(),
-            None => std::env::temp_dir(),
-        };
-        sweep_stale(&seg_dir);
         let shared = Arc::new(NodeShared::new(
             cfg.id,
             cfg.datagram_mtu,
             cfg.shm_ring,
             cfg.shm_dir.clone(),
-            seg_dir,
             tcp_addr,
             cfg.udp,
             cfg.peers.clone(),
+            key,
+            Gate::new(cfg.handshakes),
         ));
         let mut acceptors = Vec::new();
         if let Some(l) = tcp {

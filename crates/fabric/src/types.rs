@@ -214,8 +214,11 @@ pub struct Stats {
     pub bad_frames: u64,
     /// Datagrams dropped because no token was free.
     pub dropped_datagrams: u64,
-    /// Puts refused (bad key, out of bounds).
+    /// Puts refused (bad key, out of bounds, deregistered).
     pub puts_refused: u64,
+    /// Connections and datagrams refused because they came from outside
+    /// the fabric or the endpoint's session (see `Endpoint::bind_session`).
+    pub strangers: u64,
 }
 
 /// Timestamps (from [`clock_ns`](crate::clock_ns)) of the last message

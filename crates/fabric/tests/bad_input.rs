@@ -2,9 +2,9 @@
 //! and nothing else disturbed.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Transport,
+    Addr, Completion, Endpoint, EndpointConfig, Error, Key, Mode, Node, NodeConfig, Transport,
 };
-use macrolink_wire::{Flags, FrameKind, Header, HEADER_LEN};
+use macrolink_wire::{Flags, FrameKind, Header, CHALLENGE_LEN};
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -141,10 +141,7 @@ fn garbage_datagrams_are_dropped() {
     let mut h = Header::new(FrameKind::Hello);
     h.flags = Flags::RESOLVE_UDP;
     h.dst_ep = 5;
-    s.write_all(&h.encode()).unwrap();
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b).unwrap();
-    let port = Header::decode(&b).unwrap().offset as u16;
+    let port = common::hello(&mut s, &Key::open(), h, |s, m| s.write_all(m)).offset as u16;
     let u = UdpSocket::bind("127.0.0.1:0").unwrap();
     u.send_to(b"not a frame", ("127.0.0.1", port)).unwrap();
     let mut short = Header::new(FrameKind::Datagram);
@@ -162,24 +159,26 @@ fn malformed_handshakes_leave_the_node_serving() {
     let (a, _b, mut rx, mut good, dir) = setup();
     // Garbage instead of a hello.
     let mut s = TcpStream::connect(a.tcp_addr().unwrap()).unwrap();
-    s.write_all(&[1u8; 100]).unwrap();
-    let mut b = [0u8; 8];
-    assert!(
-        matches!(s.read(&mut b), Ok(0) | Err(_)),
-        "closed without an answer"
-    );
-    // A shared-memory hello naming a file outside the segment directory.
+    s.write_all(&[1u8; 200]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = Vec::new();
+    let _ = s.read_to_end(&mut b);
+    assert!(b.len() >= CHALLENGE_LEN, "challenged first");
+    let answer = Header::decode(&b[CHALLENGE_LEN..]).unwrap();
+    assert_eq!(answer.kind, FrameKind::HelloRefused, "then refused");
+    // A shared-memory hello naming a file (the old way), and one without
+    // its segment.
     let mut u = UnixStream::connect(dir.path().join("node-1.sock")).unwrap();
-    let name = b"/etc/passwd";
     let mut h = Header::new(FrameKind::Hello);
     h.dst_ep = 5;
-    h.len = name.len() as u32;
+    h.len = 11;
     h.total = 4096;
-    u.write_all(&h.encode()).unwrap();
-    u.write_all(name).unwrap();
-    let mut ans = [0u8; HEADER_LEN];
-    u.read_exact(&mut ans).unwrap();
-    assert_eq!(Header::decode(&ans).unwrap().kind, FrameKind::HelloRefused);
+    let ans = common::hello(&mut u, &Key::open(), h, |s, m| s.write_all(m));
+    assert_eq!(ans.kind, FrameKind::HelloRefused);
+    let mut u = UnixStream::connect(dir.path().join("node-1.sock")).unwrap();
+    h.len = 0;
+    let ans = common::hello(&mut u, &Key::open(), h, |s, m| s.write_all(m));
+    assert_eq!(ans.kind, FrameKind::HelloRefused);
     check_still_serving(&mut rx, &mut good);
 }
 

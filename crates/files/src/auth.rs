@@ -1,18 +1,21 @@
 //! Challenge-response authentication with a shared secret. The secret never
 //! crosses the wire: each side proves it knows it by a keyed hash of a fresh
-//! nonce chosen by the other side.
+//! nonce chosen by the other side. The same secret keys the fabric the
+//! data moves over ([`macrolink_fabric::Key`]).
 
+use macrolink_fabric::Key;
 use std::fmt;
+
+pub use macrolink_fabric::key::{ShortSecret, MIN_SECRET};
 
 /// Context string that turns a secret of any length into a hash key.
 const KEY_CONTEXT: &str = "macrolink file service 2026-11 challenge key";
-/// Shortest secret accepted.
-pub const MIN_SECRET: usize = 16;
 
-/// A shared secret, kept only as the key derived from it.
+/// A shared secret, kept only as the keys derived from it.
 #[derive(Clone)]
 pub struct Secret {
     key: [u8; 32],
+    fabric: Key,
 }
 
 impl fmt::Debug for Secret {
@@ -21,23 +24,22 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Why a secret was not accepted.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("the secret has {0} bytes; at least {MIN_SECRET} are needed")]
-pub struct ShortSecret(pub usize);
-
 impl Secret {
     /// A secret from its bytes; a trailing newline (as in a file written by
     /// `echo`) is not part of it.
     pub fn new(bytes: &[u8]) -> Result<Secret, ShortSecret> {
+        let fabric = Key::from_secret(bytes)?;
         let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
         let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        if bytes.len() < MIN_SECRET {
-            return Err(ShortSecret(bytes.len()));
-        }
         Ok(Secret {
             key: blake3::derive_key(KEY_CONTEXT, bytes),
+            fabric,
         })
+    }
+
+    /// The key of the fabric that nodes knowing this secret share.
+    pub fn fabric_key(&self) -> Key {
+        self.fabric.clone()
     }
 
     /// The client's proof for the server's `nonce`.

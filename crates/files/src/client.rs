@@ -117,6 +117,7 @@ impl Client {
         let mut cfg = NodeConfig::local(random_node_id().map_err(connection(&ctx))?, &opts.shm_dir);
         cfg.tcp = Some(SocketAddr::new(local.ip(), 0));
         cfg.udp = None;
+        cfg.key = Some(secret.fabric_key());
         let lane = opts.lanes.get(&sock).cloned();
         for (gw, addr) in lane.iter().flat_map(|l| &l.gateways) {
             cfg.peers.insert(gw.node, *addr);
@@ -257,7 +258,12 @@ impl Client {
         let t0 = Instant::now();
         let mut receivers = Vec::new();
         for _ in 0..streams.max(1) {
-            receivers.push(Receiver::open(&self.node, self.ep_id(), &shape)?);
+            receivers.push(Receiver::open(
+                &self.node,
+                self.ep_id(),
+                self.server.node,
+                &shape,
+            )?);
         }
         let n = receivers.len() as u32;
         let (size, len) = match self.call(&Request::Get {

@@ -241,10 +241,18 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Opens endpoint `id` of `node` with a region for `shape`.
-    pub fn open(node: &Node, id: u32, shape: &Shape) -> macrolink_fabric::Result<Receiver> {
+    /// Opens endpoint `id` of `node` with a region for `shape`, to hear
+    /// only the sender on node `peer` that knows the region's key (which
+    /// goes to the sender over the authenticated contact connection).
+    pub fn open(
+        node: &Node,
+        id: u32,
+        peer: u32,
+        shape: &Shape,
+    ) -> macrolink_fabric::Result<Receiver> {
         let mut ep = node.open(id, endpoint_config())?;
         let key = ep.register(shape.region_len())?;
+        ep.bind_session(peer, key.0);
         Ok(Receiver { ep, key })
     }
 
@@ -349,8 +357,10 @@ impl Sender {
         end: StreamEnd,
         transport: Transport,
     ) -> macrolink_fabric::Result<Sender> {
+        let mut ep = node.open(id, endpoint_config())?;
+        ep.bind_session(peer, end.key);
         Ok(Sender {
-            ep: node.open(id, endpoint_config())?,
+            ep,
             peer: Addr::new(peer, end.ep),
             transport,
             key: RegionKey(end.key),

@@ -1,10 +1,11 @@
 //! `macrolink serve`: accepts contact connections, authenticates them, and
 //! runs each as a session thread over one export.
 
+use macrolink_fabric::gate::{self, Gate, Source, Timed};
 use macrolink_fabric::{Node, NodeConfig};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,44 +51,6 @@ impl Default for Limits {
     }
 }
 
-/// Connections that have not proven the secret yet, oldest first.
-#[derive(Debug, Default)]
-struct Handshakes {
-    next: u64,
-    open: VecDeque<(u64, IpAddr, TcpStream)>,
-}
-
-impl Handshakes {
-    /// Registers a connection; drops the oldest past the limits (of its
-    /// address first, then of all). Returns its number.
-    fn enter(&mut self, ip: IpAddr, stream: &TcpStream, limits: &Limits) -> io::Result<u64> {
-        let mine = self.open.iter().filter(|(_, a, _)| *a == ip).count();
-        if mine >= limits.handshakes_per_client.max(1) {
-            self.shed(|(_, a, _)| *a == ip);
-        }
-        if self.open.len() >= limits.handshakes.max(1) {
-            self.shed(|_| true);
-        }
-        self.next += 1;
-        self.open.push_back((self.next, ip, stream.try_clone()?));
-        Ok(self.next)
-    }
-
-    /// Cuts the oldest connection that `which` picks.
-    fn shed(&mut self, which: impl Fn(&(u64, IpAddr, TcpStream)) -> bool) {
-        if let Some(i) = self.open.iter().position(which) {
-            if let Some((_, ip, s)) = self.open.remove(i) {
-                tracing::info!("{ip}: dropped while authenticating: too many handshakes");
-                let _ = s.shutdown(Shutdown::Both);
-            }
-        }
-    }
-
-    fn leave(&mut self, id: u64) {
-        self.open.retain(|(n, _, _)| *n != id);
-    }
-}
-
 /// Settings of a server.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -123,7 +86,7 @@ struct Shared {
     shm_dir: PathBuf,
     next_ep: AtomicU32,
     clients: Mutex<HashMap<IpAddr, Usage>>,
-    handshakes: Mutex<Handshakes>,
+    handshakes: Gate,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -238,6 +201,7 @@ impl Server {
         let mut node_cfg = NodeConfig::local(id, &cfg.shm_dir);
         node_cfg.tcp = Some(tcp);
         node_cfg.udp = None;
+        node_cfg.key = Some(cfg.secret.fabric_key());
         let node = Node::start(node_cfg).map_err(io::Error::other)?;
         Ok(Server {
             listener,
@@ -250,7 +214,11 @@ impl Server {
                 shm_dir: cfg.shm_dir,
                 next_ep: AtomicU32::new(FIRST_SESSION_EP),
                 clients: Mutex::new(HashMap::new()),
-                handshakes: Mutex::new(Handshakes::default()),
+                handshakes: Gate::new(gate::Limits {
+                    total: cfg.limits.handshakes,
+                    per_source: cfg.limits.handshakes_per_client,
+                    time: cfg.limits.handshake_time,
+                }),
             }),
         })
     }
@@ -295,18 +263,14 @@ fn refuse(stream: &mut TcpStream, f: Failure) {
     );
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     let ip = peer.ip();
     let _ = stream.set_nodelay(true);
-    let until = Instant::now() + shared.limits.handshake_time;
-    let entered = lock(&shared.handshakes).enter(ip, &stream, &shared.limits);
-    let Ok(id) = entered else { return };
-    let proven = authenticate(&shared, &mut stream, until);
-    lock(&shared.handshakes).leave(id);
+    let Ok(pass) = shared.handshakes.enter(Source::Ip(ip), &stream) else {
+        return;
+    };
+    let proven = authenticate(&shared, &mut stream, pass.until);
+    drop(pass);
     let (client, nonce) = match proven {
         Ok(x) => x,
         Err(f) => {
@@ -355,7 +319,7 @@ fn authenticate(
         },
     )
     .map_err(|e| io_fail(&e))?;
-    let mut by = wire_io::ByDeadline { stream, until };
+    let mut by = Timed { stream, until };
     let req: Request = wire_io::recv(&mut by, proto::MAX_REQUEST).map_err(|e| io_fail(&e))?;
     let Request::Auth {
         version,

@@ -18,10 +18,7 @@ use crate::copy::Location;
 use crate::error::Error;
 use crate::lane;
 
-/// Environment variable that may hold the secret itself.
-pub const SECRET_VAR: &str = "MACROLINK_SECRET";
-/// Environment variable that may name a file holding the secret.
-pub const SECRET_FILE_VAR: &str = "MACROLINK_SECRET_FILE";
+pub use macrolink_fabric::key::{SECRET_FILE_VAR, SECRET_VAR};
 
 /// A client's settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every frame: "ML".
 pub const MAGIC: u16 = 0x4c4d;
 /// Wire version this crate speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Largest payload of one frame. Larger reliable messages are fragmented.
 pub const MAX_FRAME: u32 = 1 << 20;
 /// Largest payload a datagram may carry on any transport (fits one UDP datagram
@@ -109,6 +109,12 @@ pub enum Refusal {
     OutOfBounds,
     /// The request was malformed.
     Malformed,
+    /// The peer did not prove the fabric's key.
+    Unauthenticated,
+    /// The endpoint serves one session, and the peer is not of it.
+    OtherSession,
+    /// Too many handshakes are pending; try again.
+    Busy,
     /// A code this version does not know.
     Other(u64),
 }
@@ -121,6 +127,9 @@ impl Refusal {
             Refusal::BadKey => 2,
             Refusal::OutOfBounds => 3,
             Refusal::Malformed => 4,
+            Refusal::Unauthenticated => 5,
+            Refusal::OtherSession => 6,
+            Refusal::Busy => 7,
             Refusal::Other(c) => c,
         }
     }
@@ -132,6 +141,9 @@ impl Refusal {
             2 => Refusal::BadKey,
             3 => Refusal::OutOfBounds,
             4 => Refusal::Malformed,
+            5 => Refusal::Unauthenticated,
+            6 => Refusal::OtherSession,
+            7 => Refusal::Busy,
             c => Refusal::Other(c),
         }
     }
@@ -144,6 +156,9 @@ impl std::fmt::Display for Refusal {
             Refusal::BadKey => f.write_str("wrong access key"),
             Refusal::OutOfBounds => f.write_str("outside the registered region"),
             Refusal::Malformed => f.write_str("malformed request"),
+            Refusal::Unauthenticated => f.write_str("the fabric key was not proven"),
+            Refusal::OtherSession => f.write_str("the endpoint serves another session"),
+            Refusal::Busy => f.write_str("too many handshakes pending"),
             Refusal::Other(c) => write!(f, "refusal code {c}"),
         }
     }

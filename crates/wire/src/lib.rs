@@ -18,8 +18,10 @@
 #![forbid(unsafe_code)]
 
 mod header;
+mod hello;
 
 pub use header::{
     Flags, FrameKind, Header, Refusal, WireError, HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_FRAME,
     VERSION,
 };
+pub use hello::{Challenge, Proof, CHALLENGE_LEN, MAC_LEN, NONCE_LEN, PROOF_LEN};

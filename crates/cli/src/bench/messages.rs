@@ -212,7 +212,7 @@ pub fn breakdown(a: OneArgs) -> anyhow::Result<()> {
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     a.child.apply();
-    let node = Node::start(a.node.config())?;
+    let node = Node::start(a.node.config()?)?;
     let mut server = Server::new(&node, 4 << 20)?;
     Line::node(node.id(), node.tcp_addr()).print()?;
     server.serve()?;

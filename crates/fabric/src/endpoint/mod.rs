@@ -89,7 +89,10 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn open(node: Arc<NodeShared>, id: u32, cfg: EndpointConfig) -> Result<Endpoint> {
-        let udp = node.udp_ip.map(|ip| Udp::bind(ip, node.mtu)).transpose()?;
+        let udp = node
+            .udp_ip
+            .map(|ip| Udp::bind(ip, node.mtu, node.datagram_token))
+            .transpose()?;
         let inbox = Arc::new(Inbox::new(udp.as_ref().map_or(0, |u| u.port()))?);
         let token_size = cfg.token_size.max(node.mtu).max(4096);
         let tokens = cfg.tokens.max(1);
@@ -110,7 +113,7 @@ impl Endpoint {
                 pool,
                 ready: VecDeque::with_capacity(tokens * 2),
                 ready_cap: tokens * 2,
-                regions: Regions::new(node.seg_dir.clone()),
+                regions: Regions::new(),
                 puts: PutTable::new(),
                 stats: Stats::default(),
                 probe: false,
@@ -135,7 +138,37 @@ impl Endpoint {
 
     /// Counters since open.
     pub fn stats(&self) -> Stats {
-        self.core.stats
+        Stats {
+            strangers: self
+                .inbox
+                .strangers
+                .load(std::sync::atomic::Ordering::Relaxed),
+            ..self.core.stats
+        }
+    }
+
+    /// Makes the endpoint serve one session, as a queue pair is connected to
+    /// one peer: from now on it hears only endpoints of node `peer`, over
+    /// connections whose hello carries `token` (which its own hellos carry
+    /// too; a random number only the two ends know). Connections of anyone
+    /// else, open ones included, are closed before any of their frames is
+    /// delivered, and datagrams of other nodes dropped; both are counted in
+    /// [`Stats::strangers`] and neither fails the session.
+    pub fn bind_session(&mut self, peer: u32, token: u64) {
+        self.inbox.bind(peer, token);
+        self.adopt_incoming();
+        for i in 0..self.slots.len() {
+            if self.slots[i]
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.peer.node != peer)
+            {
+                if let Some(mut c) = self.slots[i].conn.take() {
+                    c.release(&mut self.core.pool);
+                    self.inbox.admits(c.peer, None);
+                }
+            }
+        }
     }
 
     /// Largest datagram payload.
@@ -220,7 +253,9 @@ impl Endpoint {
                 match self.find_conn(to, transport) {
                     Some(r) => r,
                     None => {
-                        let stream = self.node.connect(self.addr(), to, transport)?;
+                        let stream =
+                            self.node
+                                .connect(self.addr(), to, transport, self.inbox.token())?;
                         self.insert_conn(Conn::new(to, stream))
                     }
                 }
@@ -293,9 +328,14 @@ impl Endpoint {
                 // traffic moves to the others: short dial, user timeout.
                 let dial = Duration::from_millis(u64::from(RAIL_USER_TIMEOUT_MS) / 4);
                 let rail = Some(RAIL_USER_TIMEOUT_MS);
-                let stream = self
-                    .node
-                    .connect_tcp_within(self.addr(), to, addr, dial, rail)?;
+                let stream = self.node.connect_tcp_within(
+                    self.addr(),
+                    to,
+                    addr,
+                    dial,
+                    rail,
+                    self.inbox.token(),
+                )?;
                 let mut conn = Conn::new(to, stream);
                 conn.rail = Some(addr);
                 self.insert_conn(conn)
@@ -350,7 +390,10 @@ impl Endpoint {
     fn adopt_incoming(&mut self) {
         self.inbox.take(&mut self.incoming);
         while let Some(inc) = self.incoming.pop() {
-            self.insert_conn(Conn::new(inc.peer, inc.stream));
+            // Accepted before the endpoint was bound to a session?
+            if self.inbox.admits(inc.peer, None) {
+                self.insert_conn(Conn::new(inc.peer, inc.stream));
+            }
         }
     }
 
@@ -395,6 +438,7 @@ impl Endpoint {
                 }
                 h.kind = FrameKind::Datagram;
                 h.len = data.len() as u32;
+                h.key = self.node.datagram_token;
                 match e.route {
                     Route::Udp(sa) => {
                         let udp = self.udp.as_mut().ok_or(Error::BadTarget)?;
@@ -680,7 +724,7 @@ impl Endpoint {
             || self.core.completion == Completion::Wait
             || self.idle_spins.is_multiple_of(64);
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
-            match udp.progress(&mut self.core, user)? {
+            match udp.progress(&mut self.core, &self.inbox, user)? {
                 Step::Delivered(r) => {
                     self.udp_hot = true;
                     return Ok((Some(r), true));

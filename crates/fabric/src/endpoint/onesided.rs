@@ -148,6 +148,13 @@ impl Endpoint {
     ) -> Result<PutHandle> {
         let i = self.remote_region(peer, slot, gen, key)?;
         let conn = self.conn_mut(peer, slot, gen)?;
+        if conn.remote[i].revoked() {
+            // Deregistered: refused, as the target itself would; the next
+            // put naming the key asks it again.
+            conn.remote.swap_remove(i);
+            self.core.stats.puts_refused += 1;
+            return Err(Error::PutRefused(Refusal::BadKey));
+        }
         let region = &conn.remote[i];
         match offset.checked_add(len as u64) {
             Some(end) if end <= region.len as u64 => region.fill(offset as usize, len, fill)?,
@@ -187,11 +194,11 @@ impl Endpoint {
         self.send_frame(peer, slot, gen, &q, &[])?;
         loop {
             if let Some(reply) = self.conn_mut(peer, slot, gen)?.region_reply.take() {
-                let (k, len, path) = reply.map_err(Error::PutRefused)?;
+                let (k, len, fd) = reply.map_err(Error::PutRefused)?;
                 if k != key.0 {
                     continue;
                 }
-                let region = RemoteRegion::map(k, len, &path, &self.node.seg_dir)?;
+                let region = RemoteRegion::map(k, len, fd)?;
                 let conn = self.conn_mut(peer, slot, gen)?;
                 conn.remote.push(region);
                 return Ok(conn.remote.len() - 1);

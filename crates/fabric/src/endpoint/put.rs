@@ -4,39 +4,48 @@
 use macrolink_wire::Refusal;
 
 use memmap2::MmapRaw;
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::transport::memfd;
 use crate::types::{Addr, RegionKey};
 
+/// Bytes before a region's data: a page whose first word says whether the
+/// region is still registered, so that initiators on this host that map it
+/// refuse puts after `deregister`, as a remote target would.
+const HEAD: usize = 4096;
+
 /// A region another endpoint may write into with a put. Its memory is a
-/// mapping of a private file in the shared-memory directory, so that
-/// initiators on the same host can map it and write into it themselves.
+/// sealed memfd, which initiators on the same host are sent and map to
+/// write into it themselves.
 #[derive(Debug)]
 struct Region {
     key: u64,
     len: usize,
-    map: Option<MmapRaw>,
-    path: PathBuf,
+    file: File,
+    map: MmapRaw,
+}
+
+fn revoked_flag(map: &MmapRaw) -> &AtomicU32 {
+    // SAFETY: every region mapping is at least HEAD bytes and page aligned,
+    // so its first four bytes are an aligned u32 that lives as long as the
+    // mapping; both processes touch it only atomically.
+    unsafe { &*(map.as_ptr() as *const AtomicU32) }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // Initiators that mapped it keep their pages; the name goes now.
-        let _ = std::fs::remove_file(&self.path);
+        // Initiators that mapped it keep their pages, and see this.
+        revoked_flag(&self.map).store(1, Ordering::Release);
     }
 }
 
 /// The regions of one endpoint.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Regions {
     list: Vec<Region>,
-    dir: PathBuf,
 }
-
-/// File-name prefix of region files.
-pub(crate) const REGION_PREFIX: &str = "macrolink-region-";
 
 fn random_u64() -> std::io::Result<u64> {
     let mut b = [0u8; 8];
@@ -44,12 +53,14 @@ fn random_u64() -> std::io::Result<u64> {
     Ok(u64::from_le_bytes(b))
 }
 
+fn map_len(len: usize) -> std::io::Result<usize> {
+    len.checked_add(HEAD)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "region too large"))
+}
+
 impl Regions {
-    pub(crate) fn new(dir: PathBuf) -> Regions {
-        Regions {
-            list: Vec::new(),
-            dir,
-        }
+    pub(crate) fn new() -> Regions {
+        Regions::default()
     }
 
     pub(crate) fn register(&mut self, len: usize) -> std::io::Result<RegionKey> {
@@ -59,28 +70,13 @@ impl Regions {
                 break k;
             }
         };
-        let path = self.dir.join(format!(
-            "{REGION_PREFIX}{}-{:016x}",
-            std::process::id(),
-            random_u64()?
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        file.set_len(len as u64)?;
-        let map = if len == 0 {
-            None
-        } else {
-            Some(MmapRaw::map_raw(&file)?)
-        };
+        let file = memfd::sealed("macrolink-region", map_len(len)?)?;
+        let map = MmapRaw::map_raw(&file)?;
         self.list.push(Region {
             key,
             len,
+            file,
             map,
-            path,
         });
         Ok(RegionKey(key))
     }
@@ -104,10 +100,10 @@ impl Regions {
         }
     }
 
-    /// Length and backing file of the region with `key`.
-    pub(crate) fn backing(&self, key: u64) -> Option<(usize, &Path)> {
+    /// Length and memory (to send to an initiator) of the region with `key`.
+    pub(crate) fn backing(&self, key: u64) -> Option<(usize, &File)> {
         self.index(key)
-            .map(|i| (self.list[i].len, self.list[i].path.as_path()))
+            .map(|i| (self.list[i].len, &self.list[i].file))
     }
 
     /// Peers on this host may write into a region at any time: that is put
@@ -115,22 +111,16 @@ impl Regions {
     /// after the put that wrote it was notified.
     fn slice(&self, i: usize) -> &[u8] {
         let r = &self.list[i];
-        match &r.map {
-            // SAFETY: the mapping is `len` bytes and lives as long as the
-            // region; concurrent peer writes are the contract above.
-            Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), r.len) },
-            None => &[],
-        }
+        // SAFETY: the mapping is HEAD + len bytes and lives as long as the
+        // region; concurrent peer writes are the contract above.
+        unsafe { std::slice::from_raw_parts(r.map.as_ptr().add(HEAD), r.len) }
     }
 
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         let r = &mut self.list[i];
-        match &r.map {
-            // SAFETY: as in `slice`; `&mut self` keeps this process to one
-            // writer.
-            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr(), r.len) },
-            None => &mut [],
-        }
+        // SAFETY: as in `slice`; `&mut self` keeps this process to one
+        // writer.
+        unsafe { std::slice::from_raw_parts_mut(r.map.as_mut_ptr().add(HEAD), r.len) }
     }
 
     pub(crate) fn get(&self, key: RegionKey) -> Option<&[u8]> {
@@ -147,51 +137,38 @@ impl Regions {
 pub(crate) struct RemoteRegion {
     pub(crate) key: u64,
     pub(crate) len: usize,
-    map: Option<MmapRaw>,
+    map: MmapRaw,
 }
 
 impl RemoteRegion {
-    /// Maps the file a target named for region `key` of `len` bytes, after
-    /// checking that it is a region file in the shared directory.
-    pub(crate) fn map(key: u64, len: usize, path: &Path, dir: &Path) -> std::io::Result<Self> {
-        let ok = path.parent() == Some(dir)
-            && path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with(REGION_PREFIX));
-        if !ok {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "region file outside the shared directory",
-            ));
-        }
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
-        if file.metadata()?.len() != len as u64 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "region file size does not match",
-            ));
-        }
-        let map = if len == 0 {
-            None
-        } else {
-            Some(MmapRaw::map_raw(&file)?)
-        };
+    /// Maps the memory a target sent for region `key` of `len` bytes, after
+    /// checking that it is sealed and of that size.
+    pub(crate) fn map(key: u64, len: usize, fd: OwnedFd) -> std::io::Result<Self> {
+        let file = memfd::check_sealed(fd, map_len(len)?)?;
+        let map = MmapRaw::map_raw(&file)?;
         Ok(RemoteRegion { key, len, map })
+    }
+
+    /// Whether the target has deregistered the region.
+    pub(crate) fn revoked(&self) -> bool {
+        revoked_flag(&self.map).load(Ordering::Acquire) != 0
     }
 
     /// Copies `data` to `offset`; the caller has checked the bounds.
     #[cfg(test)]
-    pub(crate) fn write(&self, offset: usize, data: &[u8]) {
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Refusal> {
+        if self.revoked() {
+            return Err(Refusal::BadKey);
+        }
         self.fill(offset, data.len(), |dst| {
             dst.copy_from_slice(data);
             Ok(())
         })
-        .expect("copying cannot fail");
+        .map_err(|_| Refusal::Malformed)
     }
 
     /// Lets `fill` write the `len` bytes at `offset` in place; the caller
-    /// has checked the bounds.
+    /// has checked the bounds and that the region is not revoked.
     pub(crate) fn fill(
         &self,
         offset: usize,
@@ -199,13 +176,14 @@ impl RemoteRegion {
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
         assert!(offset + len <= self.len, "bounds checked by the caller");
-        let Some(m) = &self.map else {
-            return fill(&mut []);
-        };
         // The target process may read these bytes concurrently, which put
         // mode leaves to the application (it reads after notification).
-        // SAFETY: in bounds (asserted); the mapping lives as long as self; `&mut` use of the endpoint keeps other slices of it away while `fill` runs.
-        let dst = unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(offset), len) };
+        // SAFETY: in bounds (asserted) of the HEAD + len bytes mapped; the
+        // mapping lives as long as self; `&mut` use of the endpoint keeps
+        // other slices of it away while `fill` runs.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(HEAD + offset), len)
+        };
         fill(dst)
     }
 }
@@ -289,22 +267,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn whole_put_is_checked_before_writing() {
-        let d = tempfile::tempdir().unwrap();
-        let mut r = Regions::new(d.path().to_path_buf());
+    fn whole_put_is_checked_before_writing_and_a_revoked_region_takes_none() {
+        let mut r = Regions::new();
         let k = r.register(100).unwrap();
         assert!(r.check(k.0, 0, 100).is_ok());
         assert_eq!(r.check(k.0, 1, 100), Err(Refusal::OutOfBounds));
         assert_eq!(r.check(k.0, u64::MAX, 2), Err(Refusal::OutOfBounds));
         assert_eq!(r.check(k.0 ^ 1, 0, 1), Err(Refusal::BadKey));
-        let (len, path) = r.backing(k.0).unwrap();
-        let remote = RemoteRegion::map(k.0, len, path, d.path()).unwrap();
-        remote.write(10, b"direct");
+        let (len, file) = r.backing(k.0).unwrap();
+        let fd = OwnedFd::from(file.try_clone().unwrap());
+        assert!(RemoteRegion::map(k.0, len + 1, fd.try_clone().unwrap()).is_err());
+        let remote = RemoteRegion::map(k.0, len, fd).unwrap();
+        remote.write(10, b"direct").unwrap();
         assert_eq!(&r.get(k).unwrap()[10..16], b"direct");
-        assert!(RemoteRegion::map(k.0, len, Path::new("/etc/passwd"), d.path()).is_err());
-        let path = path.to_path_buf();
         assert!(r.deregister(k));
-        assert!(!path.exists(), "the file goes with the region");
+        assert_eq!(remote.write(10, b"late"), Err(Refusal::BadKey));
     }
 
     #[test]

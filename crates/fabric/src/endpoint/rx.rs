@@ -155,9 +155,8 @@ pub(crate) struct Conn {
     /// between messages, with their payload.
     pub(crate) ctrl_out: VecDeque<(Header, Vec<u8>)>,
     /// Payload of a control frame being read.
-    ctrl_buf: Vec<u8>,
     /// The target's answer to our last region query: (key, length, file).
-    pub(crate) region_reply: Option<Result<(u64, usize, std::path::PathBuf), Refusal>>,
+    pub(crate) region_reply: Option<Result<(u64, usize, std::os::fd::OwnedFd), Refusal>>,
     /// Target regions mapped for one-sided puts (shared memory only).
     pub(crate) remote: Vec<RemoteRegion>,
 }
@@ -198,7 +197,6 @@ impl Conn {
             frame_started: false,
             tx_seq: 0,
             ctrl_out: VecDeque::with_capacity(16),
-            ctrl_buf: Vec::new(),
             region_reply: None,
             remote: Vec::new(),
         }
@@ -262,19 +260,22 @@ impl Conn {
                     self.rx.finish();
                     let mut answer = Header::new(FrameKind::RegionInfo);
                     answer.key = h.key;
-                    let mut name = Vec::new();
+                    // The memory goes over the socket first; the answer that
+                    // names it follows in the ring.
                     match core.regions.backing(h.key) {
-                        Some((len, path)) => {
-                            answer.total = len as u64;
-                            name = path.as_os_str().as_encoded_bytes().to_vec();
-                            answer.len = name.len() as u32;
-                        }
+                        Some((len, file)) => match self.stream.send_fd(file) {
+                            Ok(()) => answer.total = len as u64,
+                            Err(e) => {
+                                tracing::warn!(peer = %self.peer, "cannot send a region: {e}");
+                                answer.offset = Refusal::Malformed.code();
+                            }
+                        },
                         None => {
                             core.stats.puts_refused += 1;
                             answer.offset = Refusal::BadKey.code();
                         }
                     }
-                    self.ctrl_out.push_back((answer, name));
+                    self.ctrl_out.push_back((answer, Vec::new()));
                     Step::Moved
                 }
                 FrameKind::RegionInfo => self.region_info(core, h),
@@ -495,28 +496,17 @@ impl Conn {
     }
 
     fn region_info(&mut self, core: &mut Core, h: Header) -> Step {
-        if !self.frame_started {
-            self.ctrl_buf.clear();
-            self.ctrl_buf.resize(h.len as usize, 0);
-            self.frame_started = true;
-        }
-        let mut moved = false;
-        while self.rx.left() > 0 {
-            let at = h.len as usize - self.rx.left();
-            match self.rx.payload(&mut self.stream, &mut self.ctrl_buf[at..]) {
-                Ok(0) => return if moved { Step::Moved } else { Step::Idle },
-                Ok(_) => moved = true,
-                Err(e) => return Step::Lost(e.to_string()),
-            }
+        if h.len != 0 {
+            return self.violation(core, "region answer with a payload");
         }
         self.rx.finish();
         self.frame_started = false;
         self.region_reply = Some(if h.offset != 0 {
             Err(Refusal::from_code(h.offset))
         } else {
-            match std::str::from_utf8(&self.ctrl_buf) {
-                Ok(name) => Ok((h.key, h.total as usize, name.into())),
-                Err(_) => return self.violation(core, "region file name is not UTF-8"),
+            match self.stream.take_fd() {
+                Some(fd) => Ok((h.key, h.total as usize, fd)),
+                None => return self.violation(core, "region answer without its memory"),
             }
         });
         Step::Moved

@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
 use super::rx::{Body, Core, Ready, Step};
+use crate::contact::Inbox;
 use crate::error::Result;
 use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
 
@@ -16,10 +17,12 @@ pub(crate) struct Udp {
     sock: UdpSocket,
     scratch: Box<[u8]>,
     learned: HashMap<Addr, SocketAddr>,
+    /// What datagrams of this fabric carry (see `NodeShared::datagram_token`).
+    token: u64,
 }
 
 impl Udp {
-    pub(crate) fn bind(ip: IpAddr, mtu: usize) -> io::Result<Udp> {
+    pub(crate) fn bind(ip: IpAddr, mtu: usize, token: u64) -> io::Result<Udp> {
         let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         sock.set_nonblocking(true)?;
         Ok(Udp {
@@ -27,6 +30,7 @@ impl Udp {
             scratch: vec![0u8; HEADER_LEN + mtu.max(macrolink_wire::MAX_DATAGRAM as usize)]
                 .into_boxed_slice(),
             learned: HashMap::new(),
+            token,
         })
     }
 
@@ -73,6 +77,7 @@ impl Udp {
     pub(crate) fn progress(
         &mut self,
         core: &mut Core,
+        inbox: &Inbox,
         mut user: Option<&mut [u8]>,
     ) -> Result<Step> {
         let mut moved = false;
@@ -107,6 +112,16 @@ impl Udp {
                 core.timings.read_header = crate::sys::clock_ns();
             }
             let from = Addr::new(h.src_node, h.src_ep);
+            if h.key != self.token {
+                inbox
+                    .strangers
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(%src, "dropped a datagram without the fabric's token");
+                continue;
+            }
+            if !inbox.admits(from, None) {
+                continue;
+            }
             self.learned.entry(from).or_insert(src);
             let data = &self.scratch[HEADER_LEN..n];
             if let Some(buf) = user.as_deref_mut() {

@@ -4,6 +4,7 @@
 //! [`framing`](crate::framing) layer cuts into frames; `udp` carries one
 //! frame per datagram and is handled by the endpoint's datagram path.
 
+pub(crate) mod memfd;
 pub(crate) mod shm;
 
 use std::io::{self, IoSlice};
@@ -107,6 +108,22 @@ impl Stream {
     pub(crate) fn disarm(&mut self) {
         if let Stream::Shm(s) = self {
             s.disarm()
+        }
+    }
+
+    /// Sends a descriptor to the peer (shared memory only).
+    pub(crate) fn send_fd(&self, fd: impl std::os::fd::AsFd) -> io::Result<()> {
+        match self {
+            Stream::Shm(s) => s.send_fd(fd),
+            Stream::Tcp(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// The oldest descriptor the peer sent (shared memory only).
+    pub(crate) fn take_fd(&mut self) -> Option<std::os::fd::OwnedFd> {
+        match self {
+            Stream::Shm(s) => s.take_fd(),
+            Stream::Tcp(_) => None,
         }
     }
 

@@ -10,6 +10,11 @@
 //!  unix socket: 1-byte doorbells to a side that sleeps; EOF = peer gone
 //! ```
 //!
+//! The segment is a sealed memfd the initiator creates and sends over the
+//! socket (see [`super::memfd`]): neither side can shrink it under the
+//! other. Every counter the peer writes is checked before use (`tail - head`
+//! within the ring on both sides); a peer that breaks that is taken as gone.
+//!
 //! The polling path is a relaxed/acquire/release dance on two counters: no
 //! lock, no allocation and no system call. A side that wants to sleep raises
 //! its flag, re-checks the ring, and waits on the socket; the other side
@@ -17,14 +22,14 @@
 
 use crossbeam_utils::CachePadded;
 use memmap2::MmapRaw;
-use std::fs::{File, OpenOptions};
+use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+use super::memfd;
 use crate::sys;
 
 /// Bytes before the first ring: the two control blocks, page aligned.
@@ -43,9 +48,33 @@ struct RingCtrl {
 
 const _: () = assert!(2 * std::mem::size_of::<RingCtrl>() <= DATA_START);
 
-/// Total bytes of a segment whose rings hold `cap` bytes each.
-pub(crate) fn segment_len(cap: usize) -> usize {
-    DATA_START + 2 * cap
+/// Smallest ring.
+pub(crate) const MIN_RING: usize = 4096;
+/// Largest ring.
+pub(crate) const MAX_RING: usize = 1 << 30;
+
+/// Total bytes of a segment whose rings hold `cap` bytes each; `None` for a
+/// ring size that is not a power of two in `MIN_RING..=MAX_RING`.
+pub(crate) fn segment_len(cap: usize) -> Option<usize> {
+    if !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
+        return None;
+    }
+    cap.checked_mul(2)?.checked_add(DATA_START)
+}
+
+fn bad_ring() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("ring size must be a power of two in {MIN_RING}..={MAX_RING}"),
+    )
+}
+
+/// The peer wrote counters that no correct peer writes.
+fn broken(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("shared-memory peer broke the ring: {what}"),
+    )
 }
 
 /// Which end of the segment this process is.
@@ -72,7 +101,12 @@ pub(crate) struct ShmStream {
     rx_tail_seen: u64,
     sock: UnixStream,
     peer_gone: bool,
+    /// Descriptors the peer sent (regions it lets us map), oldest first.
+    fds: VecDeque<OwnedFd>,
 }
+
+/// Descriptors kept until asked for; older ones are closed.
+const MAX_FDS: usize = 4;
 
 // SAFETY: the raw pointers point into `_map`, which the stream owns and which
 // stays mapped until the stream is dropped. Only the owning thread touches the
@@ -81,46 +115,26 @@ pub(crate) struct ShmStream {
 unsafe impl Send for ShmStream {}
 
 impl ShmStream {
-    /// Creates a new segment file at `path` with rings of `cap` bytes (a power
-    /// of two) and maps it. The caller sends the path to the peer and removes
-    /// the file once the peer has mapped it.
-    pub(crate) fn create(path: &Path, cap: usize) -> io::Result<(File, MmapRaw)> {
-        if !cap.is_power_of_two() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ring size must be a power of two",
-            ));
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
-        file.set_len(segment_len(cap) as u64)?;
+    /// Creates a new segment with rings of `cap` bytes and maps it. The
+    /// caller sends the file to the peer.
+    pub(crate) fn create(cap: usize) -> io::Result<(File, MmapRaw)> {
+        let len = segment_len(cap).ok_or_else(bad_ring)?;
+        let file = memfd::sealed("macrolink-segment", len)?;
         let map = MmapRaw::map_raw(&file)?;
         Ok((file, map))
     }
 
-    /// Maps an existing segment that the initiator created with rings of `cap`
-    /// bytes, after checking its size.
-    pub(crate) fn open(path: &Path, cap: usize) -> io::Result<MmapRaw> {
-        if !cap.is_power_of_two() || cap < 4096 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad ring size"));
-        }
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
-        if file.metadata()?.len() != segment_len(cap) as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "segment size does not match its rings",
-            ));
-        }
+    /// Maps the segment a peer sent for rings of `cap` bytes, after checking
+    /// that it is sealed and of the size those rings need.
+    pub(crate) fn open(fd: OwnedFd, cap: usize) -> io::Result<MmapRaw> {
+        let len = segment_len(cap).ok_or_else(bad_ring)?;
+        let file = memfd::check_sealed(fd, len)?;
         MmapRaw::map_raw(&file)
     }
 
     /// Wraps a mapped segment and the connected socket into a stream.
     pub(crate) fn new(map: MmapRaw, cap: usize, side: Side, sock: UnixStream) -> io::Result<Self> {
-        if map.len() != segment_len(cap) {
+        if segment_len(cap) != Some(map.len()) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "bad segment"));
         }
         sock.set_nonblocking(true)?;
@@ -140,30 +154,22 @@ impl ShmStream {
             Side::Initiator => (0, 1),
             Side::Acceptor => (1, 0),
         };
-        let tx = ctrl(t);
-        let rx = ctrl(r);
-        // SAFETY: tx and rx point to initialised (zero or peer-written) atomics
-        // inside the live mapping.
-        let (tx_tail, tx_head_seen, rx_head, rx_tail_seen) = unsafe {
-            (
-                (*tx).tail.load(Ordering::Relaxed),
-                (*tx).head.load(Ordering::Acquire),
-                (*rx).head.load(Ordering::Relaxed),
-                (*rx).tail.load(Ordering::Acquire),
-            )
-        };
+        // Counters start at zero in a new segment; what the peer may have
+        // written there since is read, and checked, when it is used.
+        let (tx, rx) = (ctrl(t), ctrl(r));
         Ok(ShmStream {
             tx,
             tx_data: data(t),
             rx,
             rx_data: data(r),
             cap: cap as u64,
-            tx_tail,
-            tx_head_seen,
-            rx_head,
-            rx_tail_seen,
+            tx_tail: 0,
+            tx_head_seen: 0,
+            rx_head: 0,
+            rx_tail_seen: 0,
             sock,
             peer_gone: false,
+            fds: VecDeque::new(),
             _map: map,
         })
     }
@@ -189,8 +195,9 @@ impl ShmStream {
         if (free as usize) < want {
             // SYNC POINT: acquire pairs with the consumer's release of `head`:
             // the bytes it has read out are no longer in use.
-            self.tx_head_seen = self.tx().head.load(Ordering::Acquire);
-            free = self.cap - (self.tx_tail - self.tx_head_seen);
+            let head = self.tx().head.load(Ordering::Acquire);
+            free = self.free_after(head)?;
+            self.tx_head_seen = head;
         }
         let mut n = (free as usize).min(want);
         if n == 0 {
@@ -219,6 +226,18 @@ impl ShmStream {
         Ok(written)
     }
 
+    /// Free bytes of the outgoing ring if the consumer's head is `head`:
+    /// it may only have moved forward, and never past our tail.
+    fn free_after(&mut self, head: u64) -> io::Result<u64> {
+        let read = head.wrapping_sub(self.tx_head_seen);
+        let used = self.tx_tail.wrapping_sub(head);
+        if read > self.cap || used > self.cap {
+            self.peer_gone = true;
+            return Err(broken("head outside the ring"));
+        }
+        Ok(self.cap - used)
+    }
+
     fn copy_in(&mut self, pos: u64, src: &[u8]) {
         let at = (pos % self.cap) as usize;
         let first = src.len().min(self.cap as usize - at);
@@ -237,8 +256,13 @@ impl ShmStream {
         let mut avail = self.rx_tail_seen - self.rx_head;
         if avail == 0 {
             // SYNC POINT: acquire pairs with the producer's release of `tail`.
-            self.rx_tail_seen = self.rx().tail.load(Ordering::Acquire);
-            avail = self.rx_tail_seen - self.rx_head;
+            let tail = self.rx().tail.load(Ordering::Acquire);
+            avail = tail.wrapping_sub(self.rx_head);
+            if avail > self.cap {
+                self.peer_gone = true;
+                return Err(broken("tail outside the ring"));
+            }
+            self.rx_tail_seen = tail;
             if avail == 0 {
                 if self.peer_gone {
                     return Err(io::ErrorKind::UnexpectedEof.into());
@@ -292,7 +316,8 @@ impl ShmStream {
     pub(crate) fn arm_write(&mut self, need: usize) -> bool {
         self.tx().writer_waiting.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let used = self.tx_tail - self.tx().head.load(Ordering::Acquire);
+        let head = self.tx().head.load(Ordering::Acquire);
+        let used = self.tx_tail.wrapping_sub(head).min(self.cap);
         let full = (self.cap - used) < need.min(self.cap as usize) as u64;
         if !full {
             self.tx().writer_waiting.store(0, Ordering::Relaxed);
@@ -308,19 +333,48 @@ impl ShmStream {
         self.check_alive();
     }
 
-    /// Reads doorbells off the socket; EOF or reset marks the peer gone.
+    /// Reads doorbells (and descriptors) off the socket; EOF or reset
+    /// marks the peer gone.
     pub(crate) fn check_alive(&mut self) {
         let mut buf = [0u8; 64];
         loop {
-            match sys::recv(self.sock.as_raw_fd(), &mut buf, false) {
-                Ok(Some(0)) | Err(_) => {
+            match memfd::recv_with_fd(&self.sock, &mut buf) {
+                Ok(Some((0, _))) | Err(_) => {
                     self.peer_gone = true;
                     return;
                 }
-                Ok(Some(_)) => continue,
+                Ok(Some((_, fd))) => {
+                    if let Some(fd) = fd {
+                        if self.fds.len() == MAX_FDS {
+                            self.fds.pop_front();
+                        }
+                        self.fds.push_back(fd);
+                    }
+                }
                 Ok(None) => return,
             }
         }
+    }
+
+    /// Sends a descriptor to the peer (ahead of the frame that names it).
+    pub(crate) fn send_fd(&self, fd: impl AsFd) -> io::Result<()> {
+        for _ in 0..500 {
+            match memfd::send_with_fd(&self.sock, &[0], &fd) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => sys::wait_fd(
+                    self.sock.as_raw_fd(),
+                    sys::Interest::Write,
+                    std::time::Duration::from_millis(10),
+                )?,
+                r => return r,
+            }
+        }
+        Err(io::ErrorKind::TimedOut.into())
+    }
+
+    /// The oldest descriptor the peer sent and we have not taken yet.
+    pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.check_alive();
+        self.fds.pop_front()
     }
 
     /// The socket to poll while sleeping.
@@ -333,15 +387,13 @@ impl ShmStream {
 mod tests {
     use super::*;
 
-    fn pair(cap: usize) -> (ShmStream, ShmStream, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("seg");
-        let (_f, map_a) = ShmStream::create(&path, cap).unwrap();
-        let map_b = ShmStream::open(&path, cap).unwrap();
+    fn pair(cap: usize) -> (ShmStream, ShmStream, ()) {
+        let (f, map_a) = ShmStream::create(cap).unwrap();
+        let map_b = ShmStream::open(OwnedFd::from(f), cap).unwrap();
         let (sa, sb) = UnixStream::pair().unwrap();
         let a = ShmStream::new(map_a, cap, Side::Initiator, sa).unwrap();
         let b = ShmStream::new(map_b, cap, Side::Acceptor, sb).unwrap();
-        (a, b, dir)
+        (a, b, ())
     }
 
     #[test]
@@ -368,6 +420,40 @@ mod tests {
             got.extend_from_slice(&buf[..n]);
         }
         assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn counters_a_peer_breaks_end_the_stream_not_the_process() {
+        // A tail past the ring: the reader refuses it before copying.
+        let (mut a, mut b, _d) = pair(4096);
+        a.try_write(&[IoSlice::new(b"ok")]).unwrap();
+        a.tx().tail.store(2 + (1 << 20), Ordering::Release);
+        let mut buf = vec![0u8; 2 << 20];
+        assert_eq!(
+            b.try_read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        assert!(b.try_read(&mut buf).is_err(), "and the peer is gone");
+        // A tail behind the head (it would wrap to a huge amount).
+        let (mut a, mut b, _d) = pair(4096);
+        a.try_write(&[IoSlice::new(b"ok")]).unwrap();
+        assert_eq!(b.try_read(&mut buf).unwrap(), 2);
+        a.tx().tail.store(1, Ordering::Release);
+        assert!(b.try_read(&mut buf).is_err());
+        // A head ahead of the tail: the writer would see more room than
+        // the ring has, and write past it.
+        let (mut a, b, _d) = pair(4096);
+        assert_eq!(a.try_write(&[IoSlice::new(&[7u8; 4096])]).unwrap(), 4096);
+        b.rx().head.store(1 << 40, Ordering::Release);
+        assert_eq!(
+            a.try_write(&[IoSlice::new(&[7u8; 10])]).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // A segment length that would wrap is refused.
+        assert_eq!(segment_len(1 << 63), None);
+        assert_eq!(segment_len(3000), None);
+        assert_eq!(segment_len(MAX_RING * 2), None);
+        assert_eq!(segment_len(4096), Some(4096 * 3));
     }
 
     #[test]

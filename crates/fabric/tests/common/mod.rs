@@ -1,8 +1,8 @@
 //! Helpers shared by the fabric's test suites (each uses some of them).
 #![allow(dead_code)]
 
-use macrolink_fabric::{Addr, Node};
-use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use macrolink_fabric::{key, Addr, Key, Node};
+use macrolink_wire::{Challenge, FrameKind, Header, Proof, CHALLENGE_LEN, HEADER_LEN, MAC_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -15,11 +15,42 @@ pub fn raw_conn(node: &Node, src: Addr) -> TcpStream {
     h.src_node = src.node;
     h.src_ep = src.ep;
     h.dst_ep = 5;
-    s.write_all(&h.encode()).unwrap();
-    let mut b = [0u8; HEADER_LEN];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(Header::decode(&b).unwrap().kind, FrameKind::HelloOk);
+    let answer = hello(&mut s, &Key::open(), h, |s, msg| s.write_all(msg));
+    assert_eq!(answer.kind, FrameKind::HelloOk);
     s
+}
+
+/// Speaks the initiator's side of the handshake with `key`: answers the
+/// challenge with `h` and its proof (sent by `send`), and returns the
+/// answer, whose proof it checks when the answer is HelloOk.
+pub fn hello<S: Read + Write>(
+    s: &mut S,
+    key: &Key,
+    h: Header,
+    send: impl FnOnce(&mut S, &[u8]) -> std::io::Result<()>,
+) -> Header {
+    let mut c = [0u8; CHALLENGE_LEN];
+    s.read_exact(&mut c).unwrap();
+    let challenge = Challenge::decode(&c).unwrap();
+    let nonce = key::nonce().unwrap();
+    let hb = h.encode();
+    let proof = Proof {
+        nonce,
+        mac: key.initiator_mac(&challenge.nonce, &[&hb], &nonce),
+    };
+    let mut msg = hb.to_vec();
+    msg.extend_from_slice(&proof.encode());
+    send(s, &msg).unwrap();
+    let mut a = [0u8; HEADER_LEN];
+    s.read_exact(&mut a).unwrap();
+    let answer = Header::decode(&a).unwrap();
+    if answer.kind == FrameKind::HelloOk {
+        let mut mac = [0u8; MAC_LEN];
+        s.read_exact(&mut mac).unwrap();
+        let want = key.acceptor_mac(&nonce, &challenge.nonce, &a);
+        assert!(key::macs_match(&want, &mac), "the node proves the key");
+    }
+    answer
 }
 
 /// Aborts the test process after `secs`: a test whose subject would block
@@ -30,4 +61,37 @@ pub fn watchdog(secs: u64, what: &'static str) {
         eprintln!("{what}: still blocked after {secs} s");
         std::process::abort();
     });
+}
+
+/// Sends `bytes` over a unix socket with `fd` attached.
+pub fn send_with_fd(
+    s: &mut std::os::unix::net::UnixStream,
+    bytes: &[u8],
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    assert!(cmsg.push(SendAncillaryMessage::ScmRights(&fds)));
+    let n = rustix::net::sendmsg(
+        &*s,
+        &[std::io::IoSlice::new(bytes)],
+        &mut cmsg,
+        SendFlags::empty(),
+    )?;
+    assert_eq!(n, bytes.len());
+    Ok(())
+}
+
+/// An anonymous file of `len` bytes, sealed against resizing or not.
+pub fn memfd(len: u64, sealed: bool) -> std::fs::File {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let fd =
+        rustix::fs::memfd_create("test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+    rustix::fs::ftruncate(&fd, len).unwrap();
+    if sealed {
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    }
+    std::fs::File::from(fd)
 }

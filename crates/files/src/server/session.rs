@@ -321,8 +321,13 @@ impl Session {
                 None => {
                     let mut receivers = Vec::new();
                     for _ in 0..streams {
-                        let r = Receiver::open(&self.shared.node, self.shared.ep_id(), &shape)
-                            .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))?;
+                        let r = Receiver::open(
+                            &self.shared.node,
+                            self.shared.ep_id(),
+                            self.client.node,
+                            &shape,
+                        )
+                        .map_err(|e| Failure::new(Code::Io, format!("data endpoint: {e}")))?;
                         receivers.push(r);
                     }
                     Ends::Streams(receivers)
