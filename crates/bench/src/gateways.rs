@@ -302,6 +302,9 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
     let export = dir.path().join("export");
     std::fs::create_dir(&export)?;
     let secret = "gateway testbed secret, long enough";
+    // The gateways prove the same key to the server's fabric node.
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, secret)?;
     let files = format!("{ECMP_ADDR}:7130");
     let mut serve = Command::new("ip");
     serve
@@ -319,7 +322,10 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
     let mut hosts = String::new();
     for i in 0..n {
         let node = tb.gateway_node(i);
-        gateways.push(tb.spawn_gateway(exe, i, dir.path())?);
+        let mut args = tb.gateway_args(i);
+        args.extend(["--secret-file".into(), secret_file.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        gateways.push(tb.spawn(exe, &tb.gateway(i), "gateway", node, &args, dir.path())?);
         hosts.push_str(&format!(
             "[[host]]\nname = \"gw{i}\"\nrole = \"gateway\"\nnode = {node}\nfabric = \"{}\"\n",
             tb.gateway_addr(i)

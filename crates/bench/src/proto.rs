@@ -76,7 +76,13 @@ pub enum ProtoError {
         /// Code found.
         code: u8,
     },
+    /// A message size past what a target allocates for.
+    #[error("message size {0} exceeds the largest a target takes ({MAX_SIZE} bytes)")]
+    TooLarge(u64),
 }
+
+/// Largest message size a run may ask for: the target's buffer grows to it.
+pub const MAX_SIZE: u64 = 64 << 20;
 
 /// Start of a run, initiator to target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,12 +140,16 @@ impl Start {
             w.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(w)
         };
+        let size = u64_at(8);
+        if size > MAX_SIZE {
+            return Err(ProtoError::TooLarge(size));
+        }
         Ok(Start {
             test: pick(&Test::ALL, "test", b[0])?,
             mode: pick(&MODES, "mode", b[1])?,
             transport: pick(&TRANSPORTS, "transport", b[2])?,
             completion: pick(&COMPLETIONS, "completion", b[3])?,
-            size: u64_at(8),
+            size,
             count: u64_at(16),
         })
     }

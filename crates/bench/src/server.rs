@@ -54,13 +54,22 @@ impl Server {
         self.key
     }
 
-    /// Serves runs until a Quit, or until the initiator goes away.
+    /// Serves runs, one initiator after another, until one sends Quit. A
+    /// peer that goes away, a record that is not one, a run that fails: each
+    /// is reported and the target waits for the next run.
     pub fn serve(&mut self) -> Result<()> {
         let mut ctl_buf = [0u8; 64];
         loop {
             let r = match self.ctl.read(&mut ctl_buf) {
                 Ok(r) => r,
-                Err(Error::PeerLost { .. }) => return Ok(()),
+                Err(Error::PeerLost { peer, reason }) => {
+                    tracing::info!("initiator {peer} gone: {reason}");
+                    continue;
+                }
+                Err(Error::BufferTooSmall { needed, .. }) => {
+                    tracing::warn!("control record of {needed} bytes dropped");
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let start = match Start::decode(&ctl_buf[..r.len]) {
@@ -73,13 +82,19 @@ impl Server {
             if start.test == Test::Quit {
                 return Ok(());
             }
-            let reply = self.ctl.target_via(r.from, Mode::Reliable, r.transport)?;
-            self.data.set_completion(start.completion);
-            self.ctl.write(reply, &self.key.0.to_le_bytes())?;
-            let peer = Addr::new(r.from.node, DATA_EP);
-            let done = self.run(&start, peer)?;
-            self.ctl.write(reply, &done.encode())?;
+            if let Err(e) = self.answer(&start, r.from, r.transport) {
+                tracing::warn!("run for {} failed: {e}", r.from);
+            }
         }
+    }
+
+    /// Runs what `start` asks for `from`, and reports back.
+    fn answer(&mut self, start: &Start, from: Addr, transport: Transport) -> Result<()> {
+        let reply = self.ctl.target_via(from, Mode::Reliable, transport)?;
+        self.data.set_completion(start.completion);
+        self.ctl.write(reply, &self.key.0.to_le_bytes())?;
+        let done = self.run(start, Addr::new(from.node, DATA_EP))?;
+        self.ctl.write(reply, &done.encode())
     }
 
     fn read(&mut self) -> Result<macrolink_fabric::Recv> {

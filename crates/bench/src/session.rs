@@ -5,7 +5,7 @@
 //! ```text
 //!   Session::open(exe, None)       ── spawns `macrolink bench serve --node 2`, reads its ready line
 //!   Session::open(exe, Some(addr)) ── a target elsewhere, started with `--listen`
-//!   drop                           ── Quit, then the child has 2 s to exit before it is killed
+//!   drop                           ── Quit, then a child has 2 s to exit before it is killed
 //! ```
 
 use macrolink_fabric::{Node, NodeConfig};

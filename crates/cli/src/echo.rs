@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_fabric::{Completion, EndpointConfig, Node};
+use macrolink_fabric::{Completion, Node};
 use macrolink_testbed::ready::Line;
 
 use crate::args::{one_of, parse_ids, ChildArgs, Ids, NodeArgs};
@@ -27,10 +27,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.child.apply();
     let node = Node::start(args.node.config()?).context("starting the node")?;
-    let cfg = EndpointConfig {
-        completion: args.completion,
-        ..EndpointConfig::default()
-    };
+    let cfg = macrolink_bench::echo::endpoint_config(args.completion);
+    eprintln!("echo: {}", macrolink_bench::echo::limits(&cfg));
     let mut workers = Vec::new();
     for &id in &args.eps.0 {
         let mut ep = node

@@ -302,21 +302,31 @@ fn remote(a: &PathArgs) -> Result<(Client, String), Error> {
 pub fn ls(a: PathArgs) -> Result<(), Error> {
     let (mut c, path) = remote(&a)?;
     let m = c.stat(&path)?;
-    if m.kind == Kind::Dir {
-        for e in c.list(&path)? {
-            println!("{}", e.ls_line());
+    let lines = match m.kind {
+        Kind::Dir => c.list(&path)?.iter().map(|e| e.ls_line() + "\n").collect(),
+        _ => m.ls_line() + "\n",
+    };
+    out(&lines)
+}
+
+/// Writes to standard output; a reader that has gone ends this process
+/// as it ends any Unix tool, quietly by SIGPIPE.
+fn out(text: &str) -> Result<(), Error> {
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            // SAFETY: restoring the default action of a signal and raising it
+            // touch no memory of this process.
+            unsafe { (libc::signal(libc::SIGPIPE, libc::SIG_DFL), libc::raise(libc::SIGPIPE)) };
+            Ok(())
         }
-    } else {
-        println!("{}", m.ls_line());
+        r => r.map_err(|e| Error::local("standard output", e)),
     }
-    Ok(())
 }
 
 /// Shows one path's metadata.
 pub fn stat(a: PathArgs) -> Result<(), Error> {
     let (mut c, path) = remote(&a)?;
-    print!("{}", c.stat(&path)?.details());
-    Ok(())
+    out(&c.stat(&path)?.details())
 }
 
 /// Removes a path.

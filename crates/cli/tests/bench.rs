@@ -293,6 +293,50 @@ fn two_hosts_via_listen_and_connect() {
 }
 
 #[test]
+fn bench_serve_outlives_strangers_and_serves_the_readme_example() {
+    use std::io::Write;
+    let mut target = Reap(
+        Command::new(EXE)
+            .args(["bench", "serve", "--tcp", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp="))
+        .unwrap()
+        .to_owned();
+    // Strangers: garbage for a hello, a hello that stops half-way, a
+    // member that connects to the control endpoint and leaves, a datagram.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(&[0xab; 200]).unwrap();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(&[0x4c; 10]).unwrap();
+    drop(s);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    let mut h = macrolink_wire::Header::new(macrolink_wire::FrameKind::Hello);
+    (h.src_node, h.src_ep, h.dst_ep) = (9, 9, macrolink_bench::CTL_EP);
+    macrolink_fabric::handshake(&mut s, &macrolink_fabric::Key::open(), h).unwrap();
+    drop(s);
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.send_to(b"hello?", &addr).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(target.0.try_wait().unwrap().is_none(), "bench serve exited");
+    // The README's example, as written: no node ids given.
+    let out = run(&[
+        "bench", "lat", "--connect", &addr, "--transport", "tcp", "--sizes", "8", "--count",
+        "50",
+    ]);
+    assert!(out.contains("tcp"), "{out}");
+    assert!(target.0.wait().unwrap().success());
+}
+
+#[test]
 fn files_bench_rows_have_every_case_and_positive_rates() {
     let d = tempfile::tempdir().unwrap();
     let j = d.path().join("files.json");

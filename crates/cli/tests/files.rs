@@ -342,3 +342,49 @@ fn names_of_255_bytes_go_up_and_down() {
 fn finish(c: Child) -> Output {
     c.wait_with_output().unwrap()
 }
+
+#[test]
+fn a_fifo_a_closed_pipe_and_a_name_with_control_characters_are_handled() {
+    use std::os::unix::process::ExitStatusExt;
+    let site = Site::new();
+    let fifo = site.root().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path and nothing else.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let evil = "evil\n\x1b[2Jname";
+    std::fs::write(site.root().join(evil), b"x").unwrap();
+    for i in 0..50 {
+        std::fs::write(site.root().join(format!("f{i:02}")), b"y").unwrap();
+    }
+    let s = site.serve(&[]);
+    // The FIFO is refused at once, and the session goes on.
+    let to = site.local().join("got");
+    let began = Instant::now();
+    let o = site.run(&["cp", "-q", &url(&s, "pipe"), to.to_str().unwrap()]);
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    assert!(began.elapsed() < Duration::from_secs(10));
+    let o = site.run(&["ls", &url(&s, "")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let listing = String::from_utf8(o.stdout).unwrap();
+    // Control characters reach the terminal escaped.
+    assert!(listing.contains(r"evil\n\u{1b}[2Jname"), "{listing}");
+    assert!(!listing.contains('\x1b'));
+    assert_eq!(listing.lines().count(), 52);
+    // A reader that stops early: no panic, no message, as `ls | head`.
+    let mut ls = site.cmd(&["ls", &url(&s, "")]);
+    let mut child = ls
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // closed before anything is read
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success() || o.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {}",
+        o.status,
+        stderr(&o)
+    );
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}

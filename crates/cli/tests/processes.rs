@@ -256,3 +256,56 @@ fn polling_endpoints_exchange_across_processes() {
         assert_eq!((r.len, u64::from_le_bytes(buf)), (8, i));
     }
 }
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb << 10
+}
+
+#[test]
+fn a_peer_announcing_a_2_gib_message_costs_the_echo_no_memory() {
+    use macrolink_wire::{FrameKind, Header};
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let p = peer(2, dir.path(), "1");
+    let before = rss(p.pid());
+    // A peer sends the start of a 2 GiB message: 6 MiB of it, more than the
+    // echo's receive pool holds, then nothing.
+    let mut s = std::net::TcpStream::connect(p.tcp).unwrap();
+    let mut h = Header::new(FrameKind::Hello);
+    (h.src_node, h.src_ep, h.dst_ep) = (66, 1, 1);
+    macrolink_fabric::handshake(&mut s, &macrolink_fabric::Key::open(), h).unwrap();
+    let total = 2u64 << 30;
+    let chunk = vec![7u8; 1 << 20];
+    for i in 0..6u64 {
+        let mut d = Header::new(FrameKind::Data);
+        (d.src_node, d.src_ep, d.dst_ep) = (66, 1, 1);
+        (d.total, d.offset, d.len) = (total, i << 20, 1 << 20);
+        if s.write_all(&d.encode()).is_err() || s.write_all(&chunk).is_err() {
+            break; // the echo closed the connection: fine
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let after = rss(p.pid());
+    eprintln!("echo resident memory: {before} bytes before, {after} after");
+    assert!(
+        after < before + (128 << 20),
+        "the echo grew from {before} to {after} bytes"
+    );
+    // And it answers a good peer at once.
+    let node = local_node(1, dir.path(), &[(2, &p)]);
+    let mut ep = node.open(1, wait_cfg()).unwrap();
+    let t = ep
+        .target_via(Addr::new(2, 1), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    ep.write(t, b"still there").unwrap();
+    let mut buf = [0u8; 64];
+    let r = answer(&mut ep, &mut buf);
+    assert_eq!(&buf[..r.len], b"still there");
+}

@@ -176,8 +176,11 @@ pub struct EndpointConfig {
     pub tokens: usize,
     /// Bytes per token.
     pub token_size: usize,
-    /// Largest message accepted; a peer announcing a larger one breaks the
-    /// protocol and its connection is closed.
+    /// Largest message accepted (256 MiB by default); a peer announcing a
+    /// larger one breaks the protocol and its connection is closed. An
+    /// application that grows its buffer to what
+    /// [`Error::BufferTooSmall`](crate::Error::BufferTooSmall) asks for
+    /// grows it at most to this.
     pub max_message: u64,
     /// A write whose peer takes nothing for this long fails with
     /// [`Error::PeerLost`](crate::Error::PeerLost) and closes the
@@ -193,7 +196,7 @@ impl Default for EndpointConfig {
             completion: Completion::Poll,
             tokens: 64,
             token_size: 64 * 1024,
-            max_message: 1 << 32,
+            max_message: 256 << 20,
             send_timeout: None,
         }
     }

@@ -161,6 +161,11 @@ impl Client {
         })
     }
 
+    /// The server's fabric node, as it named it.
+    pub fn server_fabric(&self) -> &FabricInfo {
+        &self.server
+    }
+
     /// The transport file data takes.
     pub fn transport(&self) -> Transport {
         self.transport

@@ -2,7 +2,7 @@
 //! directory handle: nothing here can reach outside the root, whatever the
 //! client names or a symbolic link points at.
 
-use cap_std::fs::{Dir, MetadataExt, OpenOptions};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use std::io;
 use std::path::Path;
 
@@ -193,15 +193,26 @@ impl Export {
 
     /// Opens file `path` to read.
     pub fn open_read(&self, path: &str) -> OpResult<std::fs::File> {
+        let mut o = OpenOptions::new();
+        o.read(true);
+        self.open_regular(path, o)
+    }
+
+    /// Opens `path` with `o`, if it is a regular file: only regular files
+    /// and directories are served. The open itself does not wait (a FIFO
+    /// would wait for a writer for ever, holding the session).
+    fn open_regular(&self, path: &str, mut o: OpenOptions) -> OpResult<std::fs::File> {
         let rel = confine::relative(path)?;
         let fail = |e: io::Error| Failure::io(path, &e);
-        let f = self.root.open(&rel).map_err(fail)?;
+        o.custom_flags(libc::O_NONBLOCK);
+        let f = self.root.open_with(&rel, &o).map_err(fail)?;
         if !f.metadata().map_err(fail)?.is_file() {
             return Err(Failure::new(
                 Code::WrongKind,
-                format!("{path}: not a regular file"),
+                format!("{path}: not a regular file (only files and directories are served)"),
             ));
         }
+        // Reads and writes of a regular file do not heed O_NONBLOCK.
         Ok(f.into_std())
     }
 
@@ -247,14 +258,9 @@ impl Export {
     /// Opens file `path` to write in place, creating it if missing.
     pub fn open_in_place(&self, path: &str) -> OpResult<std::fs::File> {
         self.writable(path)?;
-        let rel = confine::relative(path)?;
         let mut o = OpenOptions::new();
         o.write(true).read(true).create(true);
-        let f = self
-            .root
-            .open_with(&rel, &o)
-            .map_err(|e| Failure::io(path, &e))?;
-        Ok(f.into_std())
+        self.open_regular(path, o)
     }
 
     /// Renames the partial file of `path` over `path`; with `sync`, makes

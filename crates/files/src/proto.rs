@@ -287,7 +287,10 @@ impl Meta {
         };
         format!(
             "{kind}{:04o} {:>14} {:>11} {}",
-            self.mode, self.size, self.mtime, self.name
+            self.mode,
+            self.size,
+            self.mtime,
+            shown(&self.name)
         )
     }
 
@@ -295,9 +298,28 @@ impl Meta {
     pub fn details(&self) -> String {
         format!(
             "name: {}\nkind: {:?}\nsize: {}\nmode: {:04o}\nmtime: {}\n",
-            self.name, self.kind, self.size, self.mode, self.mtime
+            shown(&self.name),
+            self.kind,
+            self.size,
+            self.mode,
+            self.mtime
         )
     }
+}
+
+/// A name as a terminal may show it: control characters (a newline, an
+/// escape that would drive the terminal) and backslashes escaped, as
+/// `ls -b` does.
+pub fn shown(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_control() || c == '\\' {
+            s.extend(c.escape_default());
+        } else {
+            s.push(c);
+        }
+    }
+    s
 }
 
 /// Why a request failed.

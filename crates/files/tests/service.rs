@@ -580,3 +580,94 @@ fn slow_drip_clients_are_cut_at_the_deadline_and_good_ones_still_get_in() {
         assert!(cut < std::time::Duration::from_millis(2500), "{cut:?}");
     }
 }
+
+/// Dials every endpoint of every node that meets in `shm` (and of the
+/// server's node over tcp at `tcp`) from a node with `key`, and writes to
+/// whatever answers, until `stop`; returns how many connections were
+/// refused as not of the endpoint's session.
+fn stranger(
+    key: macrolink_fabric::Key,
+    shm: &Path,
+    tcp: (u32, std::net::SocketAddr),
+    stop: &std::sync::atomic::AtomicBool,
+) -> u64 {
+    use macrolink_fabric::{Addr, EndpointConfig, Error, Mode, Node, NodeConfig, Refusal};
+    let mut cfg = NodeConfig::local(4242, shm);
+    cfg.key = Some(key);
+    let node = Node::start(cfg).unwrap();
+    node.add_peer(tcp.0, tcp.1);
+    let mut ep = node.open(1, EndpointConfig::default()).unwrap();
+    let mut refused = 0;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && std::time::Instant::now() < until {
+        let mut nodes = vec![(tcp.0, Transport::Tcp)];
+        for e in std::fs::read_dir(shm).unwrap().flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if let Some(id) = n.strip_prefix("node-").and_then(|r| r.strip_suffix(".sock")) {
+                match id.parse::<u32>() {
+                    Ok(id) if id != 4242 => nodes.push((id, Transport::Shm)),
+                    _ => {}
+                }
+            }
+        }
+        for (id, t) in nodes {
+            for e in 1..64 {
+                match ep.target_via(Addr::new(id, e), Mode::Reliable, t) {
+                    Ok(target) => {
+                        let _ = ep.write(target, b"x");
+                    }
+                    Err(Error::Refused {
+                        why: Refusal::OtherSession,
+                        ..
+                    }) => refused += 1,
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    refused
+}
+
+#[test]
+fn strangers_frames_to_every_endpoint_of_a_running_session_change_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = serve(false, Limits::default());
+    let data = pattern(96 << 20, 5);
+    let src = f.local().join("src");
+    std::fs::write(&src, &data).unwrap();
+    let info = f.client(SECRET).unwrap().server_fabric().clone();
+    let server = (info.node, info.tcp.parse().unwrap());
+    for (who, key) in [
+        ("a node without the secret", b"not the test secret at all".as_slice()),
+        ("a member of the fabric", SECRET),
+    ] {
+        for transport in [Transport::Shm, Transport::Tcp] {
+            let stop = AtomicBool::new(false);
+            let key = macrolink_fabric::Key::from_secret(key).unwrap();
+            let shm = f.shm();
+            let refused = std::thread::scope(|s| {
+                let attacker = s.spawn(|| stranger(key, &shm, server, &stop));
+                let mut opts = f.options(transport);
+                opts.streams = 2;
+                let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+                let up = c.copy(&Location::Local(src.clone()), &f.url("target"));
+                let back = f.local().join("back");
+                let down = c.copy(&f.url("target"), &Location::Local(back.clone()));
+                stop.store(true, Ordering::Relaxed);
+                let refused = attacker.join().unwrap();
+                up.unwrap();
+                down.unwrap();
+                assert!(
+                    std::fs::read(&back).unwrap() == data,
+                    "{who}, {transport}: content differs"
+                );
+                refused
+            });
+            eprintln!("{who}, {transport}: {refused} refused as strangers to a session");
+            if who.starts_with("a member") {
+                assert!(refused > 0, "{transport}: the attack reached sessions");
+            }
+        }
+    }
+    no_partials(f.dir.path());
+}

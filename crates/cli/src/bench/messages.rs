@@ -133,6 +133,7 @@ fn listening(peer: &Peer) -> Option<ServeArgs> {
             udp: addr.ip(),
             peers: Vec::new(),
             mtu: macrolink_fabric::DEFAULT_MTU,
+            secret_file: None,
         },
         child: ChildArgs {
             exit_with_parent: false,

@@ -31,6 +31,7 @@ enum BenchCommand {
     /// `macrolink cp` beside xrdcp (xrootd) and cp, same files, same run.
     Files(files::Args),
     /// The target side, for runs between two hosts (`--connect` on the other).
+    #[command(mut_arg("node", |a| a.default_value("2")))]
     Serve(messages::ServeArgs),
 }
 
