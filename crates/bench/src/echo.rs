@@ -36,11 +36,6 @@ pub fn limits(cfg: &EndpointConfig) -> String {
 pub fn serve(mut ep: Endpoint, region: Option<RegionKey>) {
     let mut buf = vec![0u8; KEPT];
     loop {
-        if buf.len() > KEPT {
-            // One large message must not keep its memory for good.
-            buf.truncate(KEPT);
-            buf.shrink_to_fit();
-        }
         let r = match ep.read(&mut buf) {
             Ok(r) => r,
             Err(Error::BufferTooSmall { needed, .. }) => {
@@ -76,6 +71,11 @@ pub fn serve(mut ep: Endpoint, region: Option<RegionKey>) {
             .and_then(|t| ep.write(t, data));
         if let Err(e) = sent {
             tracing::info!("cannot answer {}: {e}", r.from);
+        }
+        if buf.len() > KEPT {
+            // One large message must not keep its memory for good.
+            buf.truncate(KEPT);
+            buf.shrink_to_fit();
         }
     }
 }

@@ -306,27 +306,13 @@ pub fn ls(a: PathArgs) -> Result<(), Error> {
         Kind::Dir => c.list(&path)?.iter().map(|e| e.ls_line() + "\n").collect(),
         _ => m.ls_line() + "\n",
     };
-    out(&lines)
-}
-
-/// Writes to standard output; a reader that has gone ends this process
-/// as it ends any Unix tool, quietly by SIGPIPE.
-fn out(text: &str) -> Result<(), Error> {
-    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            // SAFETY: restoring the default action of a signal and raising it
-            // touch no memory of this process.
-            unsafe { (libc::signal(libc::SIGPIPE, libc::SIG_DFL), libc::raise(libc::SIGPIPE)) };
-            Ok(())
-        }
-        r => r.map_err(|e| Error::local("standard output", e)),
-    }
+    exit::print(&lines)
 }
 
 /// Shows one path's metadata.
 pub fn stat(a: PathArgs) -> Result<(), Error> {
     let (mut c, path) = remote(&a)?;
-    out(&c.stat(&path)?.details())
+    exit::print(&c.stat(&path)?.details())
 }
 
 /// Removes a path.

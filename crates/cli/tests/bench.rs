@@ -329,7 +329,15 @@ fn bench_serve_outlives_strangers_and_serves_the_readme_example() {
     assert!(target.0.try_wait().unwrap().is_none(), "bench serve exited");
     // The README's example, as written: no node ids given.
     let out = run(&[
-        "bench", "lat", "--connect", &addr, "--transport", "tcp", "--sizes", "8", "--count",
+        "bench",
+        "lat",
+        "--connect",
+        &addr,
+        "--transport",
+        "tcp",
+        "--sizes",
+        "8",
+        "--count",
         "50",
     ]);
     assert!(out.contains("tcp"), "{out}");

@@ -345,7 +345,6 @@ fn finish(c: Child) -> Output {
 
 #[test]
 fn a_fifo_a_closed_pipe_and_a_name_with_control_characters_are_handled() {
-    use std::os::unix::process::ExitStatusExt;
     let site = Site::new();
     let fifo = site.root().join("pipe");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -381,7 +380,7 @@ fn a_fifo_a_closed_pipe_and_a_name_with_control_characters_are_handled() {
     drop(child.stdout.take()); // closed before anything is read
     let o = child.wait_with_output().unwrap();
     assert!(
-        o.status.success() || o.status.signal() == Some(libc::SIGPIPE),
+        o.status.success() || o.status.code() == Some(141),
         "{:?}: {}",
         o.status,
         stderr(&o)

@@ -157,6 +157,8 @@ fn slow_handshakes_are_cut_and_good_peers_get_in_while_they_hold_the_maximum() {
     let mut unix: Vec<UnixStream> = (0..16)
         .map(|_| UnixStream::connect(dir.path().join("node-1.sock")).unwrap())
         .collect();
+    // Let their handshakes all start (each has a thread of its own).
+    std::thread::sleep(Duration::from_millis(300));
     // A good peer is served while they hold every slot.
     for t in [Transport::Tcp, Transport::Shm] {
         let began = Instant::now();

@@ -28,6 +28,20 @@ pub mod exit {
     pub const CONFLICT: i32 = 8;
     /// A server limit was reached; try again later.
     pub const BUSY: i32 = 9;
+
+    /// A reader of the output went away (`| head`): the status a shell
+    /// gives any tool that SIGPIPE ended.
+    pub const CLOSED_PIPE: i32 = 141;
+
+    /// Writes a client command's output; a reader that has gone ends the
+    /// process quietly, as it ends any Unix tool.
+    pub fn print(text: &str) -> Result<(), super::Error> {
+        use std::io::Write;
+        match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(CLOSED_PIPE),
+            r => r.map_err(|e| super::Error::local("standard output", e)),
+        }
+    }
 }
 
 /// A failed client operation.

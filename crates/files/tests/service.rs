@@ -603,7 +603,10 @@ fn stranger(
         let mut nodes = vec![(tcp.0, Transport::Tcp)];
         for e in std::fs::read_dir(shm).unwrap().flatten() {
             let n = e.file_name().to_string_lossy().to_string();
-            if let Some(id) = n.strip_prefix("node-").and_then(|r| r.strip_suffix(".sock")) {
+            if let Some(id) = n
+                .strip_prefix("node-")
+                .and_then(|r| r.strip_suffix(".sock"))
+            {
                 match id.parse::<u32>() {
                     Ok(id) if id != 4242 => nodes.push((id, Transport::Shm)),
                     _ => {}
@@ -632,13 +635,16 @@ fn stranger(
 fn strangers_frames_to_every_endpoint_of_a_running_session_change_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let f = serve(false, Limits::default());
-    let data = pattern(96 << 20, 5);
+    let data = pattern(64 << 20, 5);
     let src = f.local().join("src");
     std::fs::write(&src, &data).unwrap();
     let info = f.client(SECRET).unwrap().server_fabric().clone();
     let server = (info.node, info.tcp.parse().unwrap());
     for (who, key) in [
-        ("a node without the secret", b"not the test secret at all".as_slice()),
+        (
+            "a node without the secret",
+            b"not the test secret at all".as_slice(),
+        ),
         ("a member of the fabric", SECRET),
     ] {
         for transport in [Transport::Shm, Transport::Tcp] {
@@ -649,6 +655,9 @@ fn strangers_frames_to_every_endpoint_of_a_running_session_change_nothing() {
                 let attacker = s.spawn(|| stranger(key, &shm, server, &stop));
                 let mut opts = f.options(transport);
                 opts.streams = 2;
+                // Slow enough (about 1 s each way) for the stranger to
+                // find the sessions' endpoints while they serve.
+                opts.limit_rate = Some(64 << 20);
                 let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
                 let up = c.copy(&Location::Local(src.clone()), &f.url("target"));
                 let back = f.local().join("back");
