@@ -76,17 +76,19 @@ pub struct ServeArgs {
 
 /// Runs a server until killed.
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let limits = Limits {
+        connections: a.max_connections,
+        connections_per_client: a.max_per_client,
+        open_files_per_client: a.max_open_per_client,
+        ..Limits::default()
+    };
+    eprintln!("serve: limits: {limits}");
     let server = Server::bind(ServeConfig {
         root: a.root.clone(),
         listen: a.listen,
         secret: a.secret.load()?,
         read_only: a.read_only,
-        limits: Limits {
-            connections: a.max_connections,
-            connections_per_client: a.max_per_client,
-            open_files_per_client: a.max_open_per_client,
-            ..Limits::default()
-        },
+        limits,
         shm_dir: a.shm_dir.unwrap_or_else(macrolink_fabric::default_shm_dir),
         fabric: a.node.zip(a.fabric),
     })?;

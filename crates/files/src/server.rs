@@ -51,6 +51,23 @@ impl Default for Limits {
     }
 }
 
+impl std::fmt::Display for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} connections ({} per client address), {} open files per client address, \
+             {} handshakes pending ({} per address) of {:?} each, requests up to {} KiB",
+            self.connections,
+            self.connections_per_client,
+            self.open_files_per_client,
+            self.handshakes,
+            self.handshakes_per_client,
+            self.handshake_time,
+            proto::MAX_REQUEST >> 10
+        )
+    }
+}
+
 /// Settings of a server.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
