@@ -249,11 +249,12 @@ impl Drop for Reap {
     }
 }
 
-#[test]
-fn two_hosts_via_listen_and_connect() {
+/// Starts a benchmark target; returns it and the address its ready line
+/// names.
+fn target(args: &[&str]) -> (Reap, String) {
     let mut target = Reap(
         Command::new(EXE)
-            .args(["bench", "bw", "--listen", "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -267,6 +268,12 @@ fn two_hosts_via_listen_and_connect() {
         .find_map(|w| w.strip_prefix("tcp="))
         .unwrap()
         .to_owned();
+    (target, addr)
+}
+
+#[test]
+fn two_hosts_via_listen_and_connect() {
+    let (mut target, addr) = target(&["bench", "bw", "--listen", "127.0.0.1:0"]);
     let d = tempfile::tempdir().unwrap();
     let j = d.path().join("r.json");
     run(&[
@@ -295,22 +302,7 @@ fn two_hosts_via_listen_and_connect() {
 #[test]
 fn bench_serve_outlives_strangers_and_serves_the_readme_example() {
     use std::io::Write;
-    let mut target = Reap(
-        Command::new(EXE)
-            .args(["bench", "serve", "--tcp", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(target.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("tcp="))
-        .unwrap()
-        .to_owned();
+    let (mut target, addr) = target(&["bench", "serve", "--tcp", "127.0.0.1:0"]);
     // Strangers: garbage for a hello, a hello that stops half-way, a
     // member that connects to the control endpoint and leaves, a datagram.
     let mut s = std::net::TcpStream::connect(&addr).unwrap();

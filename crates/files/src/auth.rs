@@ -65,12 +65,7 @@ pub fn proof_matches(expected: &[u8; 32], got: &[u8; 32]) -> bool {
     blake3::Hash::from_bytes(*expected) == blake3::Hash::from_bytes(*got)
 }
 
-/// A fresh random nonce.
-pub fn nonce() -> std::io::Result<[u8; 32]> {
-    let mut n = [0u8; 32];
-    getrandom::fill(&mut n).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(n)
-}
+pub use macrolink_fabric::key::nonce;
 
 /// A random 64-bit key (a transfer id only its two ends know).
 pub fn random_key() -> std::io::Result<u64> {
