@@ -48,9 +48,14 @@ pub fn endpoint_config() -> EndpointConfig {
         completion: Completion::Wait,
         tokens: 256,
         send_timeout: Some(SEND_TIMEOUT),
+        max_message: MAX_MESSAGE,
         ..EndpointConfig::default()
     }
 }
+
+/// Largest gateway-protocol message (a chunk and its header): what a
+/// relay's or sink's buffer may grow to.
+pub const MAX_MESSAGE: u64 = 64 << 20;
 use twox_hash::XxHash3_64;
 
 fn to_pair(a: Addr) -> (u32, u32) {

@@ -10,20 +10,25 @@ use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, IoBuf, Mode, Result, Tra
 use macrolink_gateway::assemble::Assembler;
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::Chunk;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::to_pair;
 
-/// Most chunks a sink keeps account of in one transfer (a flag and a hash
-/// each: 36 MiB at most; 4 TiB in chunks of 1 MiB).
-pub const MAX_CHUNKS: u64 = 4 << 20;
+/// Most chunks a sink keeps account of in one transfer (a flag each, 1 MiB
+/// at most, and a hash for each that arrived; 1 TiB in chunks of 1 MiB).
+pub const MAX_CHUNKS: u64 = 1 << 20;
 /// Smallest chunk a sink accepts (but for a transfer that is smaller).
 pub const MIN_CHUNK: u64 = 4096;
+/// Transfers a sink keeps account of at once; chunks of further ones are
+/// dropped until one ends.
+pub const MAX_TRANSFERS: usize = 64;
 
 struct Transfer {
     asm: Assembler,
-    hashes: Vec<u64>,
+    /// Hashes of the chunks that arrived, by sequence number: memory grows
+    /// with the bytes that came, not with the size a peer announced.
+    hashes: BTreeMap<u64, u64>,
 }
 
 /// Receives until the endpoint fails. Returns after `stop_after` verdicts
@@ -33,6 +38,10 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
     let mut out = Vec::with_capacity(64);
     let mut transfers: HashMap<((u32, u32), u64), Transfer> = HashMap::new();
     let mut verdicts = 0;
+    tracing::info!(
+        "sink: {MAX_TRANSFERS} transfers at once, of at most {MAX_CHUNKS} chunks of {MIN_CHUNK} bytes or more; messages up to {} MiB",
+        crate::MAX_MESSAGE >> 20
+    );
     loop {
         let r = match ep.read(&mut buf) {
             Ok(r) => r,
@@ -63,16 +72,19 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                     tracing::warn!("sink: transfer of {total} bytes in chunks of {size} refused");
                     continue;
                 }
-                let t = transfers
-                    .entry((from, transfer))
-                    .or_insert_with(|| Transfer {
-                        asm: Assembler::new(total, size.max(1)),
-                        hashes: vec![0; total.div_ceil(size.max(1)) as usize],
-                    });
+                let key = (from, transfer);
+                if !transfers.contains_key(&key) && transfers.len() >= MAX_TRANSFERS {
+                    tracing::warn!("sink: {MAX_TRANSFERS} transfers open; a new one refused");
+                    continue;
+                }
+                let t = transfers.entry(key).or_insert_with(|| Transfer {
+                    asm: Assembler::new(total, size.max(1)),
+                    hashes: BTreeMap::new(),
+                });
                 match t.asm.accept(chunk, data.len()) {
                     Ok(new) => {
                         if new {
-                            t.hashes[chunk.seq as usize] = crate::chunk_hash(data);
+                            t.hashes.insert(chunk.seq, crate::chunk_hash(data));
                         }
                         Msg::Ack {
                             transfer,
@@ -94,7 +106,8 @@ pub fn run(mut ep: Endpoint, stop_after: Option<u64>) -> Result<()> {
                 ..
             }) => {
                 let ok = transfers.remove(&(from, transfer)).is_some_and(|t| {
-                    t.asm.is_complete() && crate::transfer_hash(&t.hashes) == hash
+                    let hashes: Vec<u64> = t.hashes.into_values().collect();
+                    t.asm.is_complete() && crate::transfer_hash(&hashes) == hash
                 });
                 Msg::Verdict {
                     transfer,

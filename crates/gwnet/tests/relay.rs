@@ -163,3 +163,76 @@ fn a_relay_answers_heartbeats_and_outlives_an_unreachable_storage_host() {
         assert_eq!(Msg::decode(&buf[..r.len]).unwrap(), Msg::Pong { seq });
     }
 }
+
+#[test]
+fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
+    use macrolink_gateway::stripe::Chunk;
+    let addr = start_sink("127.0.0.1:0");
+    let n = node(30, "127.0.0.1:0", &[(SINK, addr)]);
+    let mut ep = n.open(1, endpoint_config()).unwrap();
+    let t = ep
+        .target_via(Addr::new(SINK, 1), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let (me, to) = (sink::pair(ep.addr()), (SINK, 1));
+    // Each transfer announces 4 GiB in chunks of 4 KiB and sends one.
+    let data = vec![5u8; 4096];
+    let chunk = Chunk {
+        seq: 0,
+        offset: 0,
+        len: 4096,
+    };
+    let extra = 6;
+    for transfer in 0..(sink::MAX_TRANSFERS + extra) as u64 {
+        let mut out = Vec::new();
+        Msg::Chunk {
+            transfer,
+            total: 4096 << 20,
+            chunk,
+            from: me,
+            to,
+            data: &data,
+        }
+        .encode(&mut out);
+        ep.write(t, &out).unwrap();
+    }
+    let mut acked = std::collections::BTreeSet::new();
+    let mut buf = vec![0u8; 1 << 16];
+    while let Some(r) = ep.read_timeout(&mut buf, Duration::from_millis(500)).unwrap() {
+        if let Ok(Msg::Ack { transfer, .. }) = Msg::decode(&buf[..r.len]) {
+            acked.insert(transfer);
+        }
+    }
+    assert_eq!(acked.len(), sink::MAX_TRANSFERS, "past the cap, none");
+    assert!(acked.iter().all(|t| *t < sink::MAX_TRANSFERS as u64));
+    // One ends (its verdict: incomplete), and a new one gets in.
+    let mut out = Vec::new();
+    Msg::Done {
+        transfer: 0,
+        hash: 0,
+        from: me,
+        to,
+    }
+    .encode(&mut out);
+    ep.write(t, &out).unwrap();
+    let late = sink::MAX_TRANSFERS as u64 + extra as u64 - 1;
+    out.clear();
+    Msg::Chunk {
+        transfer: late,
+        total: 4096 << 20,
+        chunk,
+        from: me,
+        to,
+        data: &data,
+    }
+    .encode(&mut out);
+    ep.write(t, &out).unwrap();
+    let mut got = (false, false);
+    while let Some(r) = ep.read_timeout(&mut buf, Duration::from_millis(500)).unwrap() {
+        match Msg::decode(&buf[..r.len]) {
+            Ok(Msg::Verdict { transfer: 0, ok, .. }) => got.0 = !ok,
+            Ok(Msg::Ack { transfer, .. }) if transfer == late => got.1 = true,
+            _ => {}
+        }
+    }
+    assert_eq!(got, (true, true));
+}
