@@ -42,7 +42,7 @@ pub fn lanes(c: &Cluster, h: &Host, shm: &Path, payload: &[u8]) -> Result<Vec<Pa
     let node = Node::start(node_config(h, shm, &gateways))?;
     let mut ep = node.open(1, crate::endpoint_config())?;
     let mut out = Vec::new();
-    for (t, s) in c.with_role(Role::Storage).enumerate() {
+    for s in c.with_role(Role::Storage) {
         let Some(lane) = c.lane_of(&s.name) else {
             out.push(PathCheck {
                 storage: s.name.clone(),
@@ -56,15 +56,11 @@ pub fn lanes(c: &Cluster, h: &Host, shm: &Path, payload: &[u8]) -> Result<Vec<Pa
         let gws: Vec<Addr> = c.gateways_of(lane).map(|g| Addr::new(g.node, 1)).collect();
         let cfg = SendConfig::from_cluster(c);
         let to = Addr::new(s.node, 1);
-        let r = send(
-            &mut ep,
-            &gws,
-            to,
-            t as u64 + 1,
-            payload,
-            cfg,
-            &mut |_, _| {},
-        )?;
+        // A random transfer id: only the two ends know it, so no other
+        // member of the fabric can speak for this transfer.
+        let id = macrolink_fabric::key::nonce()?;
+        let id = u64::from_le_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]]);
+        let r = send(&mut ep, &gws, to, id, payload, cfg, &mut |_, _| {})?;
         out.push(PathCheck {
             storage: s.name.clone(),
             through: lane.gateways.join(","),

@@ -197,7 +197,10 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
     }
     let mut acked = std::collections::BTreeSet::new();
     let mut buf = vec![0u8; 1 << 16];
-    while let Some(r) = ep.read_timeout(&mut buf, Duration::from_millis(500)).unwrap() {
+    while let Some(r) = ep
+        .read_timeout(&mut buf, Duration::from_millis(500))
+        .unwrap()
+    {
         if let Ok(Msg::Ack { transfer, .. }) = Msg::decode(&buf[..r.len]) {
             acked.insert(transfer);
         }
@@ -227,9 +230,14 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
     .encode(&mut out);
     ep.write(t, &out).unwrap();
     let mut got = (false, false);
-    while let Some(r) = ep.read_timeout(&mut buf, Duration::from_millis(500)).unwrap() {
+    while let Some(r) = ep
+        .read_timeout(&mut buf, Duration::from_millis(500))
+        .unwrap()
+    {
         match Msg::decode(&buf[..r.len]) {
-            Ok(Msg::Verdict { transfer: 0, ok, .. }) => got.0 = !ok,
+            Ok(Msg::Verdict {
+                transfer: 0, ok, ..
+            }) => got.0 = !ok,
             Ok(Msg::Ack { transfer, .. }) if transfer == late => got.1 = true,
             _ => {}
         }
