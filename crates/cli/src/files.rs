@@ -93,7 +93,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         fabric: a.node.zip(a.fabric),
     })?;
     if a.sink {
-        start_sink(&server)?;
+        server.start_sink()?;
     }
     let addr = server.local_addr()?;
     Line::ready()
@@ -104,18 +104,6 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .with_some("fabric", a.node.and(server.node().tcp_addr()))
         .print()?;
     server.run()?;
-    Ok(())
-}
-
-/// Receives striped transfers on endpoint 1 of the server's node, on a
-/// thread of its own.
-pub fn start_sink(server: &Server) -> anyhow::Result<()> {
-    let ep = server.node().open(1, macrolink_gwnet::endpoint_config())?;
-    std::thread::spawn(move || {
-        if let Err(e) = macrolink_gwnet::sink::run(ep, None) {
-            tracing::error!("sink: {e}");
-        }
-    });
     Ok(())
 }
 

@@ -43,17 +43,7 @@ fn load(path: &Path) -> anyhow::Result<Cluster> {
 
 /// Prints the rows of compute host `h`'s checks; whether all passed.
 fn report(h: &Host, rows: &[PathCheck]) -> bool {
-    for r in rows {
-        println!(
-            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {}",
-            h.name,
-            r.storage,
-            r.bytes,
-            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
-            if r.ok { "yes" } else { "NO" },
-            r.through
-        );
-    }
+    rows.iter().for_each(|r| println!("{}", r.row(&h.name)));
     rows.iter().all(|r| r.ok)
 }
 
@@ -85,13 +75,6 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
         .arg("--shm-dir")
         .arg(shm);
     Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
-}
-
-fn header() {
-    println!(
-        "{:<10} {:<10} {:>9} {:>10} {:>9}  through",
-        "compute", "storage", "bytes", "MB/s", "verified"
-    );
 }
 
 /// The command line that starts gateway or storage host `h` of `c` here.
@@ -162,7 +145,7 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         };
         hosts.push(p);
     }
-    header();
+    println!("{}", macrolink_gwnet::check::HEADER);
     let mut ok = true;
     for h in cluster.with_role(Role::Compute) {
         ok &= check(&cluster, h, dir.path(), a.mib, true)?;
@@ -195,7 +178,7 @@ fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
         shm_dir: shm.to_path_buf(),
         fabric: Some((h.node, h.listen().context("no storage address")?)),
     })?;
-    crate::files::start_sink(&server)?;
+    server.start_sink()?;
     let files = server.local_addr()?;
     eprintln!(
         "{}: file service at ml://{files}/ exporting {}",
@@ -220,7 +203,7 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     let storage = cluster.storage_peers(&h);
     match h.role {
         Role::Compute => {
-            header();
+            println!("{}", macrolink_gwnet::check::HEADER);
             let files = cluster.hosts.iter().any(|s| s.files.is_some());
             anyhow::ensure!(
                 check(&cluster, &h, &shm, a.mib, files)?,

@@ -240,6 +240,22 @@ impl Server {
         })
     }
 
+    /// Receives striped transfers (`macrolink sink`'s work) on endpoint 1
+    /// of the server's node, on a thread of its own.
+    pub fn start_sink(&self) -> io::Result<()> {
+        let ep = self
+            .shared
+            .node
+            .open(1, macrolink_gwnet::endpoint_config())
+            .map_err(io::Error::other)?;
+        std::thread::spawn(move || {
+            if let Err(e) = macrolink_gwnet::sink::run(ep, None) {
+                tracing::error!("sink: {e}");
+            }
+        });
+        Ok(())
+    }
+
     /// The contact address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()

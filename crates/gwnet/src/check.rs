@@ -23,6 +23,24 @@ pub struct PathCheck {
     pub ok: bool,
 }
 
+/// The heading of the table of path checks.
+pub const HEADER: &str = "compute    storage        bytes       MB/s  verified  through";
+
+impl PathCheck {
+    /// The check's row in the table, for compute host `host`.
+    pub fn row(&self, host: &str) -> String {
+        format!(
+            "{:<10} {:<10} {:>9} {:>10.1} {:>9}  {}",
+            host,
+            self.storage,
+            self.bytes,
+            self.bytes as f64 / self.secs.max(1e-9) / 1e6,
+            if self.ok { "yes" } else { "NO" },
+            self.through
+        )
+    }
+}
+
 /// The fabric node of host `h` of a cluster, knowing the addresses of
 /// `peers`.
 pub fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) -> NodeConfig {
