@@ -6,6 +6,7 @@ mod demo;
 mod echo;
 mod files;
 mod iobench;
+mod link;
 mod plan;
 mod roles;
 mod up;
@@ -55,6 +56,8 @@ enum Command {
     /// Parallel I/O benchmark: N-to-N and N-to-1 write/read, effective
     /// bandwidth, random write; on a directory or an ml:// export.
     Iobench(iobench::Args),
+    /// A link emulator (netem in user space) between two network namespaces.
+    Link(link::Args),
     /// The papers' models: cost and capacity of I/O networks and storage,
     /// range extension, latency; checked against the papers' tables.
     Plan(plan::Args),
@@ -87,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Plan(a) => plan::run(a),
+        Command::Link(a) => link::run(a),
         Command::Gateway(a) => {
             a.child.apply();
             roles::gateway(a.node.config()?, &a.node.peers, a.ep)

@@ -77,25 +77,6 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
     Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
 }
 
-/// The command line that starts gateway or storage host `h` of `c` here.
-fn role_args(c: &Cluster, h: &Host) -> Vec<String> {
-    let mut args = vec![
-        if h.role == Role::Gateway {
-            "gateway"
-        } else {
-            "sink"
-        }
-        .to_string(),
-        "--tcp".into(),
-        h.listen().map(|a| a.to_string()).unwrap_or_default(),
-    ];
-    for (node, addr) in c.storage_peers(h) {
-        args.push("--peer".into());
-        args.push(format!("{node}={addr}"));
-    }
-    args
-}
-
 /// Starts every host of the cluster here and checks each path.
 pub fn up(a: UpArgs) -> anyhow::Result<()> {
     let cluster = match &a.cluster {
@@ -117,7 +98,7 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
         let p = match h.files {
             None => {
-                let args = role_args(&cluster, h);
+                let args = macrolink_gwnet::check::role_args(&cluster, h);
                 let (role, extra) = args.split_first().context("role")?;
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
                 let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)

@@ -41,6 +41,26 @@ impl PathCheck {
     }
 }
 
+/// The arguments of `macrolink` that start gateway or storage host `h` of
+/// `c` as a process of its own (without a file service).
+pub fn role_args(c: &Cluster, h: &Host) -> Vec<String> {
+    let mut args = vec![
+        if h.role == Role::Gateway {
+            "gateway"
+        } else {
+            "sink"
+        }
+        .to_string(),
+        "--tcp".into(),
+        h.listen().map(|a| a.to_string()).unwrap_or_default(),
+    ];
+    for (node, addr) in c.storage_peers(h) {
+        args.push("--peer".into());
+        args.push(format!("{node}={addr}"));
+    }
+    args
+}
+
 /// The fabric node of host `h` of a cluster, knowing the addresses of
 /// `peers`.
 pub fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) -> NodeConfig {

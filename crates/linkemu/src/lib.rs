@@ -15,14 +15,18 @@
 //! A seed makes every decision repeatable.
 
 mod bucket;
+pub mod forward;
 mod jitter;
 mod loss;
+mod parse;
 mod pipe;
 mod spec;
 mod stats;
+pub mod tun;
 
 pub use jitter::Distribution;
 pub use loss::LossModel;
+pub use parse::DEFAULT_QUEUE;
 pub use pipe::{flip, Delivery, Fate, Pipe};
 pub use spec::{Jitter, QueueLimit, Rate, Spec, NS_PER_KM};
 pub use stats::Stats;

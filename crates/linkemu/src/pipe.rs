@@ -77,7 +77,10 @@ impl<P: Clone> Pipe<P> {
 
     /// Counters so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats {
+            in_flight: self.line.len() as u64,
+            ..self.stats
+        }
     }
 
     /// Packets on the line.

@@ -23,13 +23,15 @@ pub struct Stats {
     pub duplicated: u64,
     /// Carried with a bit flipped.
     pub corrupted: u64,
+    /// On the line, not yet due.
+    pub in_flight: u64,
 }
 
 impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "offered {} ({} bytes), carried {}, queue drops {}, lost {}, delayed {}, reordered {}, duplicated {}, corrupted {}",
+            "offered {} ({} bytes), carried {}, queue drops {}, lost {}, delayed {}, reordered {}, duplicated {}, corrupted {}, in flight {}",
             self.offered,
             self.bytes_offered,
             self.carried,
@@ -38,7 +40,8 @@ impl std::fmt::Display for Stats {
             self.delayed,
             self.reordered,
             self.duplicated,
-            self.corrupted
+            self.corrupted,
+            self.in_flight
         )
     }
 }

@@ -77,6 +77,38 @@ pub fn in_ns(ns: &str, args: &[&str]) -> Result<(), String> {
     run(Command::new("ip").args(["netns", "exec", ns]).args(args))
 }
 
+/// Bare network namespaces (loopback up, nothing else), removed when
+/// dropped: for tests that join them their own way (`macrolink link`).
+#[derive(Debug)]
+pub struct Namespaces {
+    /// Their names.
+    pub names: Vec<String>,
+}
+
+impl Namespaces {
+    /// `n` new namespaces.
+    pub fn new(n: usize) -> Result<Namespaces, String> {
+        static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut made = Namespaces { names: Vec::new() };
+        for i in 0..n {
+            let ns = format!("mlns{}-{k}-{i}", std::process::id());
+            ip(&["netns", "add", &ns])?;
+            made.names.push(ns.clone());
+            in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
+        }
+        Ok(made)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
 /// A veth pair with ends `a` in `ns_a` and `b` in `ns_b`, both up.
 fn veth(a: &str, ns_a: &str, b: &str, ns_b: &str) -> Result<(), String> {
     ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;

@@ -3,7 +3,7 @@
 //! required (`MACROLINK_REQUIRE_NETNS=1`, `MACROLINK_REQUIRE_ROOT=1`, as CI
 //! sets them), not running is a failure instead.
 
-use crate::netns::{Shape, Testbed};
+use crate::netns::{Namespaces, Shape, Testbed};
 
 fn required(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "1")
@@ -37,6 +37,20 @@ pub fn testbed(shape: Shape, rate: &str) -> Option<Testbed> {
     let why = if is_root() {
         match Testbed::build(shape, rate) {
             Ok(tb) => return Some(tb),
+            Err(why) => why,
+        }
+    } else {
+        "not root".to_string()
+    };
+    skip("MACROLINK_REQUIRE_NETNS", "namespace test", &why)
+}
+
+/// `n` bare namespaces, or `None` (with the reason printed) where they
+/// cannot be made here; a panic when `MACROLINK_REQUIRE_NETNS=1`.
+pub fn namespaces(n: usize) -> Option<Namespaces> {
+    let why = if is_root() {
+        match Namespaces::new(n) {
+            Ok(ns) => return Some(ns),
             Err(why) => why,
         }
     } else {
