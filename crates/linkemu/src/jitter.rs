@@ -3,7 +3,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::Jitter;
+use crate::Nanos;
 
 /// Shape of the delay variation, centred on the link's delay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +15,17 @@ pub enum Distribution {
     /// Pareto (shape 3, a long tail of late packets), mean zero, scale
     /// `amount`.
     Pareto,
+}
+
+/// Variation of the delay.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Jitter {
+    /// Scale of the variation (for uniform, the half-width).
+    pub amount: Nanos,
+    /// Shape.
+    pub distribution: Distribution,
+    /// Weight of the previous packet's variation in the next one (0 to 1).
+    pub correlation: f64,
 }
 
 /// The variation drawn for the previous packet.

@@ -24,11 +24,11 @@ mod spec;
 mod stats;
 pub mod tun;
 
-pub use jitter::Distribution;
+pub use jitter::{Distribution, Jitter};
 pub use loss::LossModel;
 pub use parse::DEFAULT_QUEUE;
 pub use pipe::{flip, Delivery, Fate, Pipe};
-pub use spec::{Jitter, QueueLimit, Rate, Spec, NS_PER_KM};
+pub use spec::{QueueLimit, Rate, Spec, NS_PER_KM};
 pub use stats::Stats;
 
 /// Nanoseconds on the caller's clock.

@@ -14,9 +14,9 @@
 //! as tc has them); sizes `b`, `kb`/`k`, `mb`/`m`, `kib`, `mib`;
 //! probabilities a percentage or a fraction.
 
-use crate::jitter::Distribution;
+use crate::jitter::{Distribution, Jitter};
 use crate::loss::LossModel;
-use crate::spec::{Jitter, QueueLimit, Rate, Spec, NS_PER_KM};
+use crate::spec::{QueueLimit, Rate, Spec, NS_PER_KM};
 use crate::Nanos;
 
 /// The queue in front of a rate limit when the spec names none.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::jitter::Distribution;
+use crate::jitter::Jitter;
 use crate::loss::LossModel;
 use crate::Nanos;
 
@@ -29,17 +29,6 @@ pub struct Rate {
     pub burst: u64,
     /// The queue in front of the bucket.
     pub queue: QueueLimit,
-}
-
-/// Variation of the delay.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Jitter {
-    /// Scale of the variation (for uniform, the half-width).
-    pub amount: Nanos,
-    /// Shape.
-    pub distribution: Distribution,
-    /// Weight of the previous packet's variation in the next one (0 to 1).
-    pub correlation: f64,
 }
 
 /// What a link does to packets in one direction.
