@@ -163,15 +163,20 @@ pub struct Timed<'a, S> {
 
 impl<S: AsRawFd> Timed<'_, S> {
     pub(crate) fn ready(&self, interest: sys::Interest) -> io::Result<()> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        let mut p = [sys::pollfd(self.stream.as_raw_fd(), interest)];
-        if left.is_zero() || sys::poll(&mut p, Some(left))? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the handshake took too long",
-            ));
+        loop {
+            let left = self.until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the handshake took too long",
+                ));
+            }
+            let mut p = [sys::pollfd(self.stream.as_raw_fd(), interest)];
+            // None ready: the time ran out, or a signal came (poll again).
+            if sys::poll(&mut p, Some(left))? > 0 {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 }
 

@@ -181,8 +181,7 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
         offset: 0,
         len: 4096,
     };
-    let extra = 6;
-    for transfer in 0..(sink::MAX_TRANSFERS + extra) as u64 {
+    let first_chunk_of = |transfer| {
         let mut out = Vec::new();
         Msg::Chunk {
             transfer,
@@ -193,7 +192,11 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
             data: &data,
         }
         .encode(&mut out);
-        ep.write(t, &out).unwrap();
+        out
+    };
+    let extra = 6;
+    for transfer in 0..(sink::MAX_TRANSFERS + extra) as u64 {
+        ep.write(t, &first_chunk_of(transfer)).unwrap();
     }
     let mut acked = std::collections::BTreeSet::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -218,17 +221,7 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
     .encode(&mut out);
     ep.write(t, &out).unwrap();
     let late = sink::MAX_TRANSFERS as u64 + extra as u64 - 1;
-    out.clear();
-    Msg::Chunk {
-        transfer: late,
-        total: 4096 << 20,
-        chunk,
-        from: me,
-        to,
-        data: &data,
-    }
-    .encode(&mut out);
-    ep.write(t, &out).unwrap();
+    ep.write(t, &first_chunk_of(late)).unwrap();
     let mut got = (false, false);
     while let Some(r) = ep
         .read_timeout(&mut buf, Duration::from_millis(500))
