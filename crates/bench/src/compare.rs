@@ -183,6 +183,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 port: peers::free_port().unwrap_or(5201),
                 flows: 1,
                 secs: (secs * 2.0).ceil() as u32,
+                congestion: None,
             };
             opt(run.mb_per_s())
         })

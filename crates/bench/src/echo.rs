@@ -66,9 +66,9 @@ pub fn serve(mut ep: Endpoint, region: Option<RegionKey>) {
                 (Mode::Reliable, &buf[..r.len])
             }
         };
-        let sent = ep
-            .target_via(r.from, mode, r.transport)
-            .and_then(|t| ep.write(t, data));
+        // Over the connection it came in on: the sender may be reachable
+        // only that way (through a relay, from behind an address it dialled).
+        let sent = ep.reply_target(&r, mode).and_then(|t| ep.write(t, data));
         if let Err(e) = sent {
             tracing::info!("cannot answer {}: {e}", r.from);
         }

@@ -276,12 +276,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.streams,
         if a.no_shm { "TCP" } else { "shared memory" }
     );
-    if let Some(p) = &a.json {
-        report::write_json(p, &rows)?;
-    }
-    if let Some(p) = &a.csv {
-        report::write_csv(p, &rows)?;
-    }
+    report::save(a.json.as_deref(), a.csv.as_deref(), &rows)?;
     Ok(())
 }
 

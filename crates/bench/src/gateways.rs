@@ -437,6 +437,7 @@ fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
         port: 5201,
         flows,
         secs,
+        congestion: None,
     }
     .mb_per_s()
 }

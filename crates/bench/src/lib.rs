@@ -35,6 +35,7 @@ pub mod peers;
 pub mod plot;
 pub mod progress;
 pub mod proto;
+pub mod range;
 pub mod report;
 pub mod server;
 pub mod session;

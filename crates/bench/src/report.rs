@@ -193,6 +193,21 @@ pub fn write_json<T: Serialize>(path: &Path, rows: &[T]) -> io::Result<()> {
     serde_json::to_writer_pretty(f, rows).map_err(io::Error::other)
 }
 
+/// Writes rows where asked: as JSON to `json`, as CSV to `csv`; an error
+/// names the file.
+pub fn save<T: Serialize>(json: Option<&Path>, csv: Option<&Path>, rows: &[T]) -> io::Result<()> {
+    fn named(p: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
+        move |e| io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+    }
+    if let Some(p) = json {
+        write_json(p, rows).map_err(named(p))?;
+    }
+    if let Some(p) = csv {
+        write_csv(p, rows).map_err(named(p))?;
+    }
+    Ok(())
+}
+
 /// Writes rows as CSV with a header line (nested summaries flattened).
 pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> io::Result<()> {
     let mut w = csv::Writer::from_path(path)?;

@@ -246,27 +246,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
     }
     let r = r?;
     if !a.quiet {
-        eprintln!(
-            "{} file{}, {} bytes in {:.2} s ({:.1} MB/s){}",
-            r.files,
-            if r.files == 1 { "" } else { "s" },
-            r.bytes,
-            r.secs,
-            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
-            if r.resumed > 0 {
-                format!(", {} bytes resumed", r.resumed)
-            } else {
-                String::new()
-            }
-        );
-        if !r.through.is_empty() {
-            let per: Vec<String> = r
-                .through
-                .iter()
-                .map(|(gw, n)| format!("node {gw}: {n}"))
-                .collect();
-            eprintln!("chunks through gateways: {}", per.join(", "));
-        }
+        eprintln!("{r}");
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod files;
 mod iobench;
 mod link;
 mod plan;
+mod relay;
 mod roles;
 mod up;
 
@@ -58,6 +59,9 @@ enum Command {
     Iobench(iobench::Args),
     /// A link emulator (netem in user space) between two network namespaces.
     Link(link::Args),
+    /// One of the pair of range-extension relays that join the two segments
+    /// of a cluster file over a long link.
+    Relay(relay::Args),
     /// The papers' models: cost and capacity of I/O networks and storage,
     /// range extension, latency; checked against the papers' tables.
     Plan(plan::Args),
@@ -91,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Link(a) => link::run(a),
+        Command::Relay(a) => relay::run(a),
         Command::Gateway(a) => {
             a.child.apply();
             roles::gateway(a.node.config()?, &a.node.peers, a.ep)

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::{Args as ClapArgs, Subcommand};
 use macrolink_bench::plot::lines_png;
-use macrolink_bench::report::{write_csv, write_json};
+use macrolink_bench::report::save;
 use macrolink_cluster::Cluster;
 use macrolink_plan::{design, interconnect, latency, pascal, range, storage, Prices, Report};
 use std::path::{Path, PathBuf};
@@ -200,26 +200,9 @@ impl Out {
     /// Prints the report (with --paper, the paper's figures beside the
     /// model's) and writes what was asked.
     fn emit(&self, r: Report) -> anyhow::Result<()> {
-        if self.paper {
-            print!("{}", r.paper_text());
-        } else {
-            print!("{}", r.text);
-        }
-        let rows = if self.paper {
-            serde_json::to_value(&r.paper)?
-        } else {
-            r.rows
-        };
-        let rows = match rows {
-            serde_json::Value::Array(v) => v,
-            one => vec![one],
-        };
-        if let Some(p) = &self.json {
-            write_json(p, &rows).with_context(|| p.display().to_string())?;
-        }
-        if let Some(p) = &self.csv {
-            write_csv(p, &rows).with_context(|| p.display().to_string())?;
-        }
+        let (text, rows) = r.shown(self.paper);
+        print!("{text}");
+        save(self.json.as_deref(), self.csv.as_deref(), &rows)?;
         if let (Some(p), Some(plot)) = (&self.plot, &r.plot) {
             lines_png(p, plot.title, plot.axes, &plot.series)?;
             println!("plot: {}", p.display());

@@ -5,8 +5,8 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_cluster::{Cluster, Host, Role};
 use macrolink_files::check::round_trip;
-use macrolink_files::setup::{load_secret, SECRET_FILE_VAR, SECRET_VAR};
-use macrolink_files::{Limits, ServeConfig, Server};
+use macrolink_files::setup::load_secret;
+use macrolink_files::{ServeConfig, Server};
 use macrolink_gwnet::check::{node_config, PathCheck};
 use macrolink_testbed::data::pattern;
 use macrolink_testbed::ready::Line;
@@ -85,18 +85,22 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
-    if std::env::var_os(SECRET_VAR).is_none() && std::env::var_os(SECRET_FILE_VAR).is_none() {
-        // Every host here is a child of this process: a fresh secret each run.
-        let mut b = [0u8; 24];
-        getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        // Set before this process starts any thread; children inherit it.
-        std::env::set_var(SECRET_VAR, hex);
-    }
+    // Every host here is a child of this process: a fresh secret each run.
+    macrolink_files::setup::fresh_secret_unless_set()?;
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
         let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
         let p = match h.files {
+            None if h.role == Role::Relay => {
+                let path = a.cluster.as_ref().context("relays need a cluster file")?;
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.arg("relay")
+                    .arg(path)
+                    .args(["--host", &h.name, "--exit-with-parent"]);
+                let p = Peer::spawn_cmd(cmd).with_context(|| format!("starting {}", h.name))?;
+                eprintln!("{} (relay) up: far hosts dialled from {at}", h.name);
+                p
+            }
             None => {
                 let args = macrolink_gwnet::check::role_args(&cluster, h);
                 let (role, extra) = args.split_first().context("role")?;
@@ -146,25 +150,14 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
 /// is the host's, and also receives striped transfers. Never returns but
 /// with an error.
 fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
-    let export = h
-        .export
-        .clone()
-        .with_context(|| format!("host {:?} has `files` but no `export`", h.name))?;
-    let server = Server::bind(ServeConfig {
-        root: export.clone(),
-        listen: h.files.context("files address")?,
-        secret: load_secret(None)?,
-        read_only: false,
-        limits: Limits::default(),
-        shm_dir: shm.to_path_buf(),
-        fabric: Some((h.node, h.listen().context("no storage address")?)),
-    })?;
+    let cfg = ServeConfig::for_host(h, shm, load_secret(None)?)?;
+    let export = cfg.root.display().to_string();
+    let server = Server::bind(cfg)?;
     server.start_sink()?;
     let files = server.local_addr()?;
     eprintln!(
-        "{}: file service at ml://{files}/ exporting {}",
-        h.name,
-        export.display()
+        "{}: file service at ml://{files}/ exporting {export}",
+        h.name
     );
     let tcp = server.node().tcp_addr().map(|a| a.to_string());
     Line::ready()
@@ -195,5 +188,6 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
         Role::Storage if h.files.is_some() => run_file_service(&h, &shm),
         Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1),
         Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1),
+        Role::Relay => crate::relay::serve(&cluster, &h, None, false),
     }
 }

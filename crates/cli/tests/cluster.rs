@@ -40,6 +40,32 @@ fn up_starts_the_embedded_cluster_and_checks_its_path() {
     );
 }
 
+#[test]
+fn up_joins_two_segments_through_the_relay_pair() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/clusters/two-segments.toml"
+    );
+    let out = Command::new(EXE)
+        .args(["up", file, "--mib", "8"])
+        .output()
+        .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{text}\n{err}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("compute0")).collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(
+        rows[0].contains(" yes ") && rows[0].contains("gw0,gw1"),
+        "{text}"
+    );
+    for relay in ["relay-east", "relay-west"] {
+        assert!(err.contains(&format!("{relay} (relay) up")), "{err}");
+    }
+}
+
 /// Kills a host process if the test ends before it does.
 struct Reap(Peer);
 

@@ -124,3 +124,227 @@ fn the_link_delays_limits_and_counts_what_crosses_it() {
         assert!(n("delayed") > 0);
     }
 }
+
+/// Two segments, one per namespace, joined by `macrolink link` (20 ms each
+/// way, 1 % loss both ways) and a pair of relays: 64 MiB go through the
+/// relays to an echo on the far side and come back whole; then the far
+/// relay is killed and the near side's writes fail instead of hanging.
+#[test]
+fn the_relay_pair_carries_a_long_lossy_link_and_its_death_is_an_error() {
+    use macrolink_fabric::{Addr, Completion, EndpointConfig, Key, Mode, Node, NodeConfig};
+    use std::time::Instant;
+    let Some(ns) = require::namespaces(2) else {
+        return;
+    };
+    let (a, b) = (&ns.names[0], &ns.names[1]);
+    let _link = spawn(&[
+        EXE, "link", "--mtu", "9000", a, b, "delay", "20ms", "loss", "1%", "seed", "11",
+    ]);
+    let d = tempfile::tempdir().unwrap();
+    let secret = d.path().join("secret");
+    std::fs::write(&secret, "a long link's cluster secret, 32 b").unwrap();
+    let file = d.path().join("two.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[host]]
+name = "near"
+role = "compute"
+node = 1
+fabric = "127.0.0.1:7601"
+[[host]]
+name = "far"
+role = "compute"
+node = 2
+fabric = "127.0.0.1:7602"
+[[host]]
+name = "relay-a"
+role = "relay"
+node = 91
+fabric = "127.0.0.1:7640"
+long = "10.77.0.1:7650"
+[[host]]
+name = "relay-b"
+role = "relay"
+node = 92
+fabric = "127.0.0.1:7660"
+long = "10.77.0.2:7670"
+[[segment]]
+name = "a"
+hosts = ["near"]
+relay = "relay-a"
+[[segment]]
+name = "b"
+hosts = ["far"]
+relay = "relay-b"
+[range]
+packet = 8900
+dead_ms = 1000
+"#,
+    )
+    .unwrap();
+    let (file, secret) = (file.to_str().unwrap(), secret.to_str().unwrap());
+    let relay = |ns: &str, host: &str| {
+        spawn(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            EXE,
+            "relay",
+            file,
+            "--host",
+            host,
+            "--secret-file",
+            secret,
+        ])
+    };
+    let _ra = relay(a, "relay-a");
+    let mut rb = relay(b, "relay-b");
+    assert!(rb.1.starts_with("ready"), "{}", rb.1);
+    let echo = spawn(&[
+        "ip",
+        "netns",
+        "exec",
+        b,
+        EXE,
+        "echo",
+        "--node",
+        "2",
+        "--tcp",
+        "127.0.0.1:7602",
+        "--secret-file",
+        secret,
+        "--region",
+        "0",
+        "--shm-dir",
+        d.path().to_str().unwrap(),
+    ]);
+    assert!(
+        echo.1.starts_with("node") || echo.1.starts_with("ready"),
+        "{}",
+        echo.1
+    );
+    let key = Key::from_secret(&std::fs::read(secret).unwrap()).unwrap();
+    let (ns_a, rb_pid) = (a.clone(), rb.0.id());
+    std::thread::spawn(move || {
+        macrolink_testbed::netns::enter(&ns_a).unwrap();
+        let mut cfg = NodeConfig::local(1, "/nonexistent");
+        cfg.shm_dir = None;
+        cfg.key = Some(key);
+        cfg.peers.insert(2, "127.0.0.1:7640".parse().unwrap());
+        let node = Node::start(cfg).unwrap();
+        let ep_cfg = EndpointConfig {
+            completion: Completion::Wait,
+            send_timeout: Some(Duration::from_secs(30)),
+            ..EndpointConfig::default()
+        };
+        let mut ep = node.open(1, ep_cfg).unwrap();
+        let t = ep.target(Addr::new(2, 1), Mode::Reliable).unwrap();
+        let start = Instant::now();
+        let mut back = vec![0u8; 1 << 20];
+        for i in 0..64u64 {
+            let m = macrolink_testbed::data::pattern(1 << 20, i);
+            ep.write(t, &m).unwrap();
+            let r = ep
+                .read_timeout(&mut back, Duration::from_secs(30))
+                .unwrap()
+                .expect("an echo");
+            assert_eq!(
+                blake3::hash(&back[..r.len]),
+                blake3::hash(&m),
+                "message {i}"
+            );
+        }
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!("64 MiB out and back over 20 ms + 1 % loss: {secs:.1} s");
+        // The far relay dies mid-transfer: an error within seconds.
+        // SAFETY: kill sends a signal to a child the test owns.
+        unsafe { libc::kill(rb_pid as i32, libc::SIGKILL) };
+        let died = Instant::now();
+        let m = vec![7u8; 1 << 20];
+        let err = loop {
+            if let Err(e) = ep.write(t, &m) {
+                break e;
+            }
+            assert!(died.elapsed() < Duration::from_secs(20), "still writing");
+        };
+        eprintln!("after the relay died: {err} in {:?}", died.elapsed());
+        assert!(died.elapsed() < Duration::from_secs(10));
+    })
+    .join()
+    .unwrap();
+    let _ = rb.0.wait();
+}
+
+/// `macrolink bench range`, a tiny sweep: one distance, one and two
+/// streams, macrolink through the relays and straight over the link (the
+/// iperf3 rows need iperf3, which the test does not install).
+#[test]
+fn bench_range_puts_every_contender_on_the_same_link() {
+    if require::namespaces(0).is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("range.json");
+    let out = Command::new(EXE)
+        .args([
+            "bench",
+            "range",
+            "--km",
+            "2",
+            "--streams",
+            "1,2",
+            "--seconds",
+            "1",
+        ])
+        .args([
+            "--rate",
+            "200mbit",
+            "--contenders",
+            "relays,direct",
+            "--latency",
+            "50",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = rows(&json);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows {
+        let of_link = r["of_link"].as_f64().unwrap();
+        assert!((0.05..1.3).contains(&of_link), "{r}");
+        assert_eq!(r["km"].as_f64(), Some(2.0));
+    }
+    let who: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["contender"].as_str().unwrap(),
+                r["streams"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        who,
+        [("relays", 1), ("relays", 2), ("direct", 1), ("direct", 2)]
+    );
+    // The latency rows: both paths, and the relays' cost fitted.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lat: Vec<&str> = text
+        .lines()
+        .filter(|l| matches!(l.split_whitespace().nth(1), Some("relays" | "direct")))
+        .collect();
+    assert_eq!(lat.len(), 2, "{text}");
+    assert!(
+        lat[0].contains("relays") && lat[1].contains("direct"),
+        "{text}"
+    );
+    assert!(text.contains("relay pair adds"), "{text}");
+}

@@ -90,4 +90,7 @@ pub enum Error {
     /// Neither a name nor a launcher's rank says which host this is.
     #[error("name the host with --host, or start under a launcher that sets SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK")]
     WhichHost,
+    /// Segments that do not make one relay pair.
+    #[error("segments: {0}")]
+    Segment(String),
 }

@@ -14,6 +14,8 @@ pub enum Role {
     Gateway,
     /// Holds data.
     Storage,
+    /// Joins its segment to another over a long link.
+    Relay,
 }
 
 /// One host.
@@ -35,6 +37,8 @@ pub struct Host {
     pub files: Option<SocketAddr>,
     /// Storage hosts: directory the file service exports.
     pub export: Option<PathBuf>,
+    /// Relay hosts: UDP address on the long link.
+    pub long: Option<SocketAddr>,
 }
 
 impl Host {

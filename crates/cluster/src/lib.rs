@@ -22,11 +22,13 @@
 mod error;
 mod host;
 mod lane;
+mod segment;
 mod settings;
 
 pub use error::Error;
 pub use host::{Host, Role};
 pub use lane::Lane;
+pub use segment::{RangeSettings, RelayPlan, Segment};
 pub use settings::{HealthSettings, StripeSettings};
 
 use serde::Deserialize;
@@ -57,6 +59,12 @@ pub struct Cluster {
     /// Striping of transfers over gateways.
     #[serde(default)]
     pub stripe: StripeSettings,
+    /// Segments joined by a pair of relays (none: one fabric).
+    #[serde(rename = "segment", default)]
+    pub segments: Vec<Segment>,
+    /// The long link between the relays.
+    #[serde(default)]
+    pub range: RangeSettings,
 }
 
 impl Cluster {
@@ -143,7 +151,102 @@ impl Cluster {
                 }
             }
         }
+        self.check_segments()
+    }
+
+    fn check_segments(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Segment(m));
+        match self.segments.len() {
+            0 => return Ok(()),
+            2 => {}
+            n => return bad(format!("{n} given; a relay pair joins exactly two")),
+        }
+        let mut seen = HashSet::new();
+        for s in &self.segments {
+            match self.host(&s.relay) {
+                Some(h) if h.role == Role::Relay && h.long.is_some() => {}
+                Some(_) => {
+                    return bad(format!(
+                        "{}: relay {:?} must have role \"relay\" and a `long` address",
+                        s.name, s.relay
+                    ))
+                }
+                None => return bad(format!("{}: no host named {:?}", s.name, s.relay)),
+            }
+            for n in s.hosts.iter().chain([&s.relay]) {
+                if self.host(n).is_none() {
+                    return bad(format!("{}: no host named {n:?}", s.name));
+                }
+                if !seen.insert(n.as_str()) && n != &s.relay {
+                    return bad(format!("host {n:?} is in two segments"));
+                }
+            }
+        }
+        if let Some(h) = self.hosts.iter().find(|h| !seen.contains(h.name.as_str())) {
+            return bad(format!("host {:?} is in no segment", h.name));
+        }
+        if self.segments[0].relay == self.segments[1].relay {
+            return bad("the two segments need a relay each".into());
+        }
         Ok(())
+    }
+
+    /// The segment of host `name`, if the file has segments.
+    pub fn segment_of(&self, name: &str) -> Option<&Segment> {
+        self.segments
+            .iter()
+            .find(|s| s.relay == name || s.hosts.iter().any(|h| h == name))
+    }
+
+    /// The hosts of a segment that a far relay carries traffic for: all
+    /// but its relay, in file order of the segment.
+    fn reachable<'a>(&'a self, s: &'a Segment) -> impl Iterator<Item = &'a Host> + 'a {
+        s.hosts
+            .iter()
+            .filter(move |n| **n != s.relay)
+            .filter_map(|n| self.host(n))
+    }
+
+    /// Where host `from` dials host `to`: `to`'s own address in one
+    /// fabric, or, across the relay pair, the port of `from`'s relay that
+    /// stands for `to`.
+    pub fn address_of(&self, from: &Host, to: &Host) -> Option<SocketAddr> {
+        let (Some(a), Some(b)) = (self.segment_of(&from.name), self.segment_of(&to.name)) else {
+            return to.listen();
+        };
+        if a == b {
+            return to.listen();
+        }
+        let i = self.reachable(b).position(|h| h.name == to.name)?;
+        let relay = self.host(&a.relay)?.fabric?;
+        let port = relay.port().checked_add(u16::try_from(i).ok()?)?;
+        Some(SocketAddr::new(relay.ip(), port))
+    }
+
+    /// What relay host `relay` of a two-segment file needs to run.
+    pub fn relay_plan(&self, relay: &Host) -> Option<RelayPlan> {
+        let mine = self.segments.iter().position(|s| s.relay == relay.name)?;
+        let (near, far) = (&self.segments[mine], &self.segments[1 - mine]);
+        let peer = self.host(&far.relay)?;
+        let base = relay.fabric?;
+        let listen = self
+            .reachable(far)
+            .enumerate()
+            .map(|(i, h)| {
+                let port = base.port().checked_add(u16::try_from(i).ok()?)?;
+                Some((h.node, SocketAddr::new(base.ip(), port)))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(RelayPlan {
+            long_local: relay.long?,
+            long_peer: peer.long?,
+            listen,
+            near: self
+                .reachable(near)
+                .filter_map(|h| Some((h.node, h.listen()?)))
+                .collect(),
+            high: mine == 1,
+        })
     }
 
     /// The host with that name.
@@ -206,7 +309,7 @@ impl Cluster {
             .iter()
             .filter(|l| l.gateways.contains(&gw.name))
             .flat_map(|l| l.storage.iter().filter_map(|s| self.host(s)))
-            .filter_map(|s| Some((s.node, s.listen()?)))
+            .filter_map(|s| Some((s.node, self.address_of(gw, s)?)))
             .collect()
     }
 }
@@ -278,6 +381,67 @@ mod tests {
         for (text, want) in cases {
             let err = Cluster::parse(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn far_hosts_are_dialled_at_the_near_relay_one_port_each() {
+        let text = include_str!("../../../examples/clusters/two-segments.toml");
+        let c = Cluster::parse(text).unwrap();
+        let h = |n: &str| c.host(n).unwrap();
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            c.address_of(h("compute0"), h("gw0")),
+            Some(at("127.0.0.1:7340"))
+        );
+        assert_eq!(
+            c.address_of(h("compute0"), h("store0")),
+            Some(at("127.0.0.1:7342"))
+        );
+        assert_eq!(
+            c.address_of(h("gw1"), h("compute0")),
+            Some(at("127.0.0.1:7360"))
+        );
+        assert_eq!(
+            c.address_of(h("gw0"), h("store0")),
+            Some(at("127.0.0.1:7310"))
+        );
+        assert_eq!(c.storage_peers(h("gw0")), [(10, at("127.0.0.1:7310"))]);
+        let east = c.relay_plan(h("relay-east")).unwrap();
+        assert_eq!(east.long_peer, at("127.0.0.1:7370"));
+        assert_eq!(
+            east.listen,
+            [
+                (21, at("127.0.0.1:7340")),
+                (22, at("127.0.0.1:7341")),
+                (10, at("127.0.0.1:7342"))
+            ]
+        );
+        assert_eq!(east.near, [(1, at("127.0.0.1:7301"))]);
+        assert!(!east.high);
+        let west = c.relay_plan(h("relay-west")).unwrap();
+        assert!(west.high && west.listen == [(1, at("127.0.0.1:7360"))]);
+        assert_eq!(west.near.len(), 3);
+        assert_eq!(c.range.packet, Some(8972));
+        assert!(c.relay_plan(h("gw0")).is_none());
+    }
+
+    #[test]
+    fn segments_that_are_not_one_relay_pair_are_refused() {
+        let text = include_str!("../../../examples/clusters/two-segments.toml");
+        let cases = [
+            ("hosts = [\"gw0\", \"gw1\", \"store0\"]", "hosts = [\"gw0\", \"gw1\"]", "\"store0\" is in no segment"),
+            ("hosts = [\"compute0\"]", "hosts = [\"compute0\", \"gw0\"]", "\"gw0\" is in two segments"),
+            ("relay = \"relay-west\"", "relay = \"gw0\"", "must have role"),
+            ("relay = \"relay-west\"", "relay = \"nobody\"", "no host named"),
+            ("[[segment]]\nname = \"west\"", "[[segment]]\nname = \"x\"\nhosts = []\nrelay = \"relay-west\"\n[[segment]]\nname = \"west\"", "3 given"),
+        ];
+        for (from, to, want) in cases {
+            assert!(text.contains(from), "{from}");
+            let err = Cluster::parse(&text.replacen(from, to, 1))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{to}: {err}");
         }
     }
 

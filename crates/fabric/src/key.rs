@@ -70,6 +70,12 @@ impl Key {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     }
 
+    /// A key for another use of the same secret (`context` names it), so
+    /// that no two uses share a key.
+    pub fn derive(&self, context: &str) -> [u8; 32] {
+        blake3::derive_key(context, &self.0)
+    }
+
     /// What datagrams of this fabric carry to be heard (InfiniBand's
     /// Q_Key): stops strangers who do not know the key, not an eavesdropper.
     pub fn datagram_token(&self) -> u64 {

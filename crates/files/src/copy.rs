@@ -152,6 +152,34 @@ pub struct CopyReport {
     pub through: Vec<(u32, u64)>,
 }
 
+impl std::fmt::Display for CopyReport {
+    /// What `cp` prints at the end: files, bytes, time and rate, what was
+    /// resumed, and on a second line the chunks each gateway carried.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = if self.files == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} file{plural}, {} bytes in {:.2} s ({:.1} MB/s)",
+            self.files,
+            self.bytes,
+            self.secs,
+            self.bytes as f64 / self.secs.max(1e-9) / 1e6,
+        )?;
+        if self.resumed > 0 {
+            write!(f, ", {} bytes resumed", self.resumed)?;
+        }
+        if !self.through.is_empty() {
+            let per: Vec<String> = self
+                .through
+                .iter()
+                .map(|(gw, n)| format!("node {gw}: {n}"))
+                .collect();
+            write!(f, "\nchunks through gateways: {}", per.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 /// Copies with one set of options, keeping one connection per server.
 #[derive(Debug)]
 pub struct Copier {

@@ -88,6 +88,33 @@ pub struct ServeConfig {
     pub fabric: Option<(u32, SocketAddr)>,
 }
 
+impl ServeConfig {
+    /// The file service of storage host `h` of a cluster file: its export,
+    /// its contact address, and the host's own fabric node.
+    pub fn for_host(
+        h: &macrolink_cluster::Host,
+        shm_dir: &std::path::Path,
+        secret: Secret,
+    ) -> Result<ServeConfig, crate::Error> {
+        let missing = |what: &str| crate::Error::Usage(format!("host {:?} has no {what}", h.name));
+        Ok(ServeConfig {
+            root: h
+                .export
+                .clone()
+                .ok_or_else(|| missing("`export` for its `files`"))?,
+            listen: h.files.ok_or_else(|| missing("`files` address"))?,
+            secret,
+            read_only: false,
+            limits: Limits::default(),
+            shm_dir: shm_dir.to_path_buf(),
+            fabric: Some((
+                h.node,
+                h.listen().ok_or_else(|| missing("storage address"))?,
+            )),
+        })
+    }
+}
+
 /// Endpoint ids below this are left to roles sharing the server's node
 /// (the striped-transfer sink takes 1).
 const FIRST_SESSION_EP: u32 = 16;

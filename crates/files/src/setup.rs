@@ -76,6 +76,20 @@ impl ClientSetup {
     }
 }
 
+/// Gives this process and its children a fresh random secret, unless the
+/// environment names one. Call before starting any thread.
+pub fn fresh_secret_unless_set() -> Result<(), Error> {
+    if std::env::var_os(SECRET_VAR).is_some() || std::env::var_os(SECRET_FILE_VAR).is_some() {
+        return Ok(());
+    }
+    let mut b = [0u8; 24];
+    getrandom::fill(&mut b).map_err(|e| Error::Usage(format!("no randomness: {e}")))?;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    // Before any thread exists (the caller's promise), and children inherit it.
+    std::env::set_var(SECRET_VAR, hex);
+    Ok(())
+}
+
 /// The shared secret: from `file`, else the file `MACROLINK_SECRET_FILE`
 /// names, else `MACROLINK_SECRET` itself.
 pub fn load_secret(file: Option<&Path>) -> Result<Secret, Error> {

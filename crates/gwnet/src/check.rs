@@ -75,7 +75,7 @@ pub fn node_config(h: &Host, shm: &Path, peers: &[(u32, std::net::SocketAddr)]) 
 pub fn lanes(c: &Cluster, h: &Host, shm: &Path, payload: &[u8]) -> Result<Vec<PathCheck>> {
     let gateways: Vec<_> = c
         .with_role(Role::Gateway)
-        .filter_map(|g| Some((g.node, g.listen()?)))
+        .filter_map(|g| Some((g.node, c.address_of(h, g)?)))
         .collect();
     let node = Node::start(node_config(h, shm, &gateways))?;
     let mut ep = node.open(1, crate::endpoint_config())?;

@@ -61,6 +61,23 @@ impl Report {
         self
     }
 
+    /// What to show: the model's table and rows, or with `paper` the
+    /// paper's figures beside the model's, as text and as rows.
+    pub fn shown(&self, paper: bool) -> (String, Vec<serde_json::Value>) {
+        let (text, rows) = match paper {
+            true => (
+                self.paper_text(),
+                serde_json::to_value(&self.paper).unwrap_or_default(),
+            ),
+            false => (self.text.clone(), self.rows.clone()),
+        };
+        let rows = match rows {
+            serde_json::Value::Array(v) => v,
+            one => vec![one],
+        };
+        (text, rows)
+    }
+
     /// The `--paper` text: every figure, and the notes.
     pub fn paper_text(&self) -> String {
         let mut s = crate::check::table(&self.paper);

@@ -16,6 +16,7 @@
 //! sizing in [`window`]. No I/O, no clock.
 
 mod credit;
+pub mod haul;
 mod hop;
 pub mod window;
 

@@ -17,6 +17,7 @@
 //! and the property tests below check that.
 #![forbid(unsafe_code)]
 
+pub mod haul;
 mod header;
 mod hello;
 

@@ -27,6 +27,8 @@ pub struct Run<'a> {
     pub flows: u32,
     /// Seconds (`-t`).
     pub secs: u32,
+    /// Congestion control (`-C`), if not the kernel's default.
+    pub congestion: Option<&'a str>,
 }
 
 impl Run<'_> {
@@ -41,7 +43,8 @@ impl Run<'_> {
             command(self.client_ns, TOOL.program)
                 .args(["-c", self.addr, "-p", &port, "-J"])
                 .args(["-t", &self.secs.max(1).to_string()])
-                .args(["-P", &self.flows.max(1).to_string()]),
+                .args(["-P", &self.flows.max(1).to_string()])
+                .args(self.congestion.iter().flat_map(|c| ["-C", c])),
             Duration::from_secs(u64::from(self.secs) + 60),
         )?;
         parse(&out).with_context(|| format!("iperf3 said: {out}"))

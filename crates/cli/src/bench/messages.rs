@@ -2,7 +2,6 @@
 //! messaging tables, against a target this process starts or one on
 //! another host.
 
-use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_bench::client::Client;
 use macrolink_bench::proto::Test;
@@ -113,13 +112,11 @@ pub struct ServeArgs {
 }
 
 fn save<T: Serialize>(peer: &Peer, rows: &[T]) -> anyhow::Result<()> {
-    if let Some(p) = &peer.json {
-        report::write_json(p, rows).with_context(|| p.display().to_string())?;
-    }
-    if let Some(p) = &peer.csv {
-        report::write_csv(p, rows).with_context(|| p.display().to_string())?;
-    }
-    Ok(())
+    Ok(report::save(
+        peer.json.as_deref(),
+        peer.csv.as_deref(),
+        rows,
+    )?)
 }
 
 /// `--listen`: serve another host's runs instead of running any here.

@@ -5,6 +5,7 @@ mod compare;
 mod files;
 mod gateways;
 mod messages;
+mod range;
 
 use clap::{Args as ClapArgs, Subcommand};
 
@@ -30,6 +31,9 @@ enum BenchCommand {
     Gateways(gateways::Args),
     /// `macrolink cp` beside xrdcp (xrootd) and cp, same files, same run.
     Files(files::Args),
+    /// Across an emulated long link, with and without the relay pair,
+    /// beside iperf3 cubic and bbr (root: namespaces).
+    Range(range::Args),
     /// The target side, for runs between two hosts (`--connect` on the other).
     #[command(mut_arg("node", |a| a.default_value("2")))]
     Serve(messages::ServeArgs),
@@ -45,5 +49,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Compare(a) => compare::run(a),
         BenchCommand::Gateways(a) => gateways::run(a),
         BenchCommand::Files(a) => files::run(a),
+        BenchCommand::Range(a) => range::run(a),
     }
 }

@@ -1,0 +1,398 @@
+//! The range-extension relay as a process: one at each end of a long link,
+//! each also on its own segment. A host that dials a node of the far
+//! segment dials its own relay instead (the cluster file gives it one port
+//! per far node); the relay carries the connection's bytes over the
+//! long-haul protocol to the relay at the other end, which dials the node.
+//! The fabric's handshake passes through unchanged, so the two hosts still
+//! prove the key to each other; the relays prove it to each other by a
+//! keyed hash on every datagram.
+//!
+//! ```text
+//!  host ──tcp──► relay A ══ UDP: haul::Link ⇄ haul::Link ══► relay B ──tcp──► node
+//!       ◄─ TCP window ─┘   ◄──── per-flow credit, acks ────┘  ◄─ TCP window ─┘
+//! ```
+//!
+//! Three credit loops in series, as the paper has them: the near host's TCP
+//! window, the long link's per-flow credit, the far node's TCP window. A
+//! relay reads from a local connection only while the long link's send
+//! buffer has room for that flow, so a slow far node slows its sender and
+//! nothing else.
+//!
+//! One thread drives everything: `poll` on the sockets with the link's next
+//! timeout, then every socket is served without blocking.
+
+mod conn;
+pub mod plan;
+mod seal;
+
+pub use seal::{Seal, CONTEXT as SEAL_CONTEXT, TAG_LEN};
+
+use macrolink_relay::haul::{self, Event, Link};
+use rustix::event::{PollFd, PollFlags};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use conn::{Conn, Served};
+
+/// Longest the loop sleeps, so that a stop request is seen.
+const MAX_SLEEP_NS: u64 = 50_000_000;
+/// Bytes of each long-link socket buffer asked for.
+const UDP_BUFFER: usize = 2 << 20;
+/// Datagrams taken in one turn of the loop.
+const RECV_BURST: usize = 1024;
+
+/// What a relay needs to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// UDP address of this relay on the long link.
+    pub long_local: SocketAddr,
+    /// UDP address of the peer relay.
+    pub long_peer: SocketAddr,
+    /// Key of the long link's datagrams.
+    pub seal: Seal,
+    /// For each node of the far segment, where near hosts dial it.
+    pub listen: Vec<(u32, SocketAddr)>,
+    /// Where the nodes of this segment are, for flows the peer opens.
+    pub near: BTreeMap<u32, SocketAddr>,
+    /// The long-haul protocol's settings.
+    pub haul: haul::Config,
+    /// Connections one near address may hold at once.
+    pub per_source: usize,
+}
+
+/// What a relay did.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Report {
+    /// Flows opened by near hosts.
+    pub flows_out: u64,
+    /// Flows opened by the peer.
+    pub flows_in: u64,
+    /// Flows ended abruptly.
+    pub resets: u64,
+    /// Near connections refused at a limit.
+    pub refused: u64,
+    /// Datagrams whose tag was wrong.
+    pub bad_tags: u64,
+    /// Datagrams with a good tag that did not decode.
+    pub bad_packets: u64,
+    /// Times the peer was lost.
+    pub peer_lost: u64,
+    /// Packets sent on the long link.
+    pub packets_sent: u64,
+    /// Packets taken from it.
+    pub packets_received: u64,
+    /// Payload bytes sent, resends included.
+    pub bytes_sent: u64,
+    /// Payload bytes resent.
+    pub bytes_resent: u64,
+    /// Smallest round trip seen, µs.
+    pub min_rtt_us: f64,
+    /// Delivery rate measured, MB/s.
+    pub measured_mb_s: f64,
+}
+
+/// A relay with its sockets bound.
+#[derive(Debug)]
+pub struct Relay {
+    cfg: Config,
+    udp: UdpSocket,
+    listeners: Vec<(u32, TcpListener)>,
+}
+
+impl Relay {
+    /// Binds the long-link socket and one listener per far node.
+    pub fn bind(cfg: Config) -> io::Result<Relay> {
+        let udp = UdpSocket::bind(cfg.long_local)?;
+        udp.connect(cfg.long_peer)?;
+        udp.set_nonblocking(true)?;
+        socket_buffers(&udp);
+        let mut listeners = Vec::new();
+        for &(node, addr) in &cfg.listen {
+            let l = TcpListener::bind(addr).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("listening for node {node} on {addr}: {e}"),
+                )
+            })?;
+            l.set_nonblocking(true)?;
+            listeners.push((node, l));
+        }
+        Ok(Relay {
+            cfg,
+            udp,
+            listeners,
+        })
+    }
+
+    /// The address near hosts dial for each far node (ports picked if 0).
+    pub fn listening(&self) -> Vec<(u32, SocketAddr)> {
+        self.listeners
+            .iter()
+            .filter_map(|(n, l)| Some((*n, l.local_addr().ok()?)))
+            .collect()
+    }
+
+    /// The long-link address.
+    pub fn long_addr(&self) -> io::Result<SocketAddr> {
+        self.udp.local_addr()
+    }
+
+    /// Runs until SIGINT or SIGTERM.
+    pub fn run_until_signal(self) -> io::Result<Report> {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        self.run(&stop)
+    }
+
+    /// Runs until `stop` is set.
+    pub fn run(self, stop: &AtomicBool) -> io::Result<Report> {
+        let start = Instant::now();
+        let clock = || start.elapsed().as_nanos() as u64;
+        let session = rand::random::<u64>();
+        let mut link = Link::new(self.cfg.haul, session, clock());
+        let mut conns: HashMap<u32, Conn> = HashMap::new();
+        let mut report = Report::default();
+        let packet = self.cfg.haul.packet;
+        let mut rbuf = vec![0u8; 65_536];
+        let mut tbuf = vec![0u8; packet + TAG_LEN];
+        let mut scratch = vec![0u8; 256 << 10];
+        let mut pending: Option<Vec<u8>> = None;
+        let mut shown = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let now = clock();
+            if now >= shown + 1_000_000_000 {
+                shown = now;
+                tracing::debug!("{:?}", link.stats());
+            }
+            for _ in 0..RECV_BURST {
+                match self.udp.recv(&mut rbuf) {
+                    Ok(n) => match self.cfg.seal.open(&rbuf[..n]) {
+                        Some(p) => {
+                            if link.handle(now, p).is_err() {
+                                report.bad_packets += 1;
+                            }
+                        }
+                        None => report.bad_tags += 1,
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // The peer is not up yet (an ICMP port unreachable).
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            while let Some(ev) = link.poll_event() {
+                match ev {
+                    Event::Opened { flow, node } => {
+                        report.flows_in += 1;
+                        match self.cfg.near.get(&node).map(|a| conn::dial(*a)) {
+                            Some(Ok(c)) => {
+                                conns.insert(flow, c);
+                            }
+                            Some(Err(e)) => {
+                                tracing::warn!("flow {flow}: dialling node {node}: {e}");
+                                link.reset(flow);
+                            }
+                            None => {
+                                tracing::warn!("flow {flow}: node {node} is not on this segment");
+                                link.reset(flow);
+                            }
+                        }
+                    }
+                    Event::Reset { flow } => {
+                        report.resets += 1;
+                        if let Some(c) = conns.remove(&flow) {
+                            c.abort();
+                        }
+                    }
+                    Event::PeerLost => {
+                        report.peer_lost += 1;
+                        tracing::warn!("the peer relay at {} is lost", self.cfg.long_peer);
+                    }
+                }
+            }
+            self.accept(&mut link, &mut conns, &mut report);
+            conns.retain(|&flow, c| match c.serve(&mut link, flow, &mut scratch) {
+                Served::Open => true,
+                Served::Done => false,
+                Served::Failed => {
+                    report.resets += 1;
+                    false
+                }
+            });
+            link.on_timeout(now);
+            let now = clock();
+            if let Some(p) = pending.take() {
+                if !send(&self.udp, &p)? {
+                    pending = Some(p);
+                }
+            }
+            while pending.is_none() {
+                let Some(n) = link.poll_transmit(now, &mut tbuf[..packet]) else {
+                    break;
+                };
+                let n = self.cfg.seal.close(&mut tbuf, n);
+                if !send(&self.udp, &tbuf[..n])? {
+                    pending = Some(tbuf[..n].to_vec());
+                }
+            }
+            self.sleep(&link, &conns, pending.is_some(), clock())?;
+        }
+        let s = link.stats();
+        report.packets_sent = s.packets_sent;
+        report.packets_received = s.packets_received;
+        report.bytes_sent = s.bytes_sent;
+        report.bytes_resent = s.bytes_resent;
+        report.min_rtt_us = s.min_rtt as f64 / 1e3;
+        report.measured_mb_s = s.bottleneck / 1e6;
+        Ok(report)
+    }
+
+    fn accept(&self, link: &mut Link, conns: &mut HashMap<u32, Conn>, report: &mut Report) {
+        for (node, l) in &self.listeners {
+            while let Ok((sock, from)) = l.accept() {
+                let from_here = conns
+                    .values()
+                    .filter(|c| c.source() == Some(from.ip()))
+                    .count();
+                if from_here >= self.cfg.per_source {
+                    report.refused += 1;
+                    tracing::info!("refused {from}: {from_here} connections from it already");
+                    continue;
+                }
+                let Some(flow) = link.open(*node) else {
+                    report.refused += 1;
+                    tracing::info!("refused {from}: {} flows already", link.flows());
+                    continue;
+                };
+                match Conn::accepted(sock, from.ip()) {
+                    Ok(c) => {
+                        report.flows_out += 1;
+                        conns.insert(flow, c);
+                    }
+                    Err(_) => link.reset(flow),
+                }
+            }
+        }
+    }
+
+    /// Waits for a socket or the link's next timeout.
+    fn sleep(
+        &self,
+        link: &Link,
+        conns: &HashMap<u32, Conn>,
+        blocked: bool,
+        now: u64,
+    ) -> io::Result<()> {
+        let wait = link
+            .next_timeout()
+            .map_or(MAX_SLEEP_NS, |t| t.saturating_sub(now))
+            .min(MAX_SLEEP_NS);
+        if wait == 0 {
+            return Ok(());
+        }
+        let mut udp = PollFlags::IN;
+        if blocked {
+            udp |= PollFlags::OUT;
+        }
+        let mut fds = vec![PollFd::new(&self.udp, udp)];
+        for (_, l) in &self.listeners {
+            fds.push(PollFd::new(l, PollFlags::IN));
+        }
+        for (&flow, c) in conns {
+            let flags = c.interest(link, flow);
+            if !flags.is_empty() {
+                fds.push(PollFd::from_borrowed_fd(c.as_fd(), flags));
+            }
+        }
+        let t = rustix::time::Timespec {
+            tv_sec: (wait / 1_000_000_000) as i64,
+            tv_nsec: (wait % 1_000_000_000) as i64,
+        };
+        match rustix::event::poll(&mut fds, Some(&t)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Socket buffers of the long link: a burst of the peer's packets must
+/// wait in the kernel while the relay serves its connections, not be
+/// dropped there. Past the system's limit only root may go (the `force`
+/// calls); elsewhere the limit stands.
+fn socket_buffers(udp: &UdpSocket) {
+    use rustix::net::sockopt;
+    if sockopt::set_socket_recv_buffer_size_force(udp, UDP_BUFFER).is_err() {
+        let _ = sockopt::set_socket_recv_buffer_size(udp, UDP_BUFFER);
+    }
+    if sockopt::set_socket_send_buffer_size_force(udp, UDP_BUFFER).is_err() {
+        let _ = sockopt::set_socket_send_buffer_size(udp, UDP_BUFFER);
+    }
+}
+
+/// Sends one datagram; false if the socket is full.
+fn send(udp: &UdpSocket, d: &[u8]) -> io::Result<bool> {
+    match udp.send(d) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        // The peer is not up yet; the protocol resends.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+impl fmt::Display for Relay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = &self.cfg.haul;
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        write!(
+            f,
+            "relay: long link {} <-> {}; {} far nodes dialled here, {} near nodes; \
+             window {}, rate {}; holds at most {:.0} MiB",
+            self.long_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
+            self.cfg.long_peer,
+            self.listeners.len(),
+            self.cfg.near.len(),
+            h.window
+                .map_or("2 x measured BDP".into(), |w| format!("{:.1} MiB", mib(w))),
+            h.rate.map_or("measured".into(), |r| format!(
+                "{:.0} Mbit/s",
+                r as f64 * 8e-6
+            )),
+            mib(h.memory_bound()),
+        )
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "flows: {} out, {} in, {} reset, {} refused",
+            self.flows_out, self.flows_in, self.resets, self.refused
+        )?;
+        writeln!(
+            f,
+            "long link: {} packets sent, {} received; {} payload bytes sent, {} resent",
+            self.packets_sent, self.packets_received, self.bytes_sent, self.bytes_resent
+        )?;
+        writeln!(
+            f,
+            "measured: min round trip {:.0} us, delivery rate {:.1} MB/s",
+            self.min_rtt_us, self.measured_mb_s
+        )?;
+        write!(
+            f,
+            "refused datagrams: {} bad tags, {} malformed; peer lost {} times",
+            self.bad_tags, self.bad_packets, self.peer_lost
+        )
+    }
+}
