@@ -64,12 +64,13 @@ pub struct ChildArgs {
 }
 
 impl ChildArgs {
-    /// Asks the kernel to kill this process when its parent exits, if asked.
+    /// Asks the kernel to end this process (SIGTERM, so that it cleans up
+    /// as on any other SIGTERM) when its parent exits, if asked.
     pub fn apply(&self) {
         if self.exit_with_parent {
             // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and
             // touches no memory.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
         }
     }
 }

@@ -72,10 +72,13 @@ pub struct ServeArgs {
     sink: bool,
     #[command(flatten)]
     secret: SecretArgs,
+    #[command(flatten)]
+    child: crate::args::ChildArgs,
 }
 
 /// Runs a server until killed.
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    a.child.apply();
     let limits = Limits {
         connections: a.max_connections,
         connections_per_client: a.max_per_client,
@@ -95,6 +98,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if a.sink {
         server.start_sink()?;
     }
+    crate::roles::exit_on_signals(|| {})?;
     let addr = server.local_addr()?;
     Line::ready()
         .with("tcp", addr)

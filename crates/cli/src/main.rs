@@ -7,6 +7,7 @@ mod echo;
 mod files;
 mod iobench;
 mod link;
+mod manual;
 mod plan;
 mod relay;
 mod roles;
@@ -65,6 +66,17 @@ enum Command {
     /// The papers' models: cost and capacity of I/O networks and storage,
     /// range extension, latency; checked against the papers' tables.
     Plan(plan::Args),
+    /// Shell completions (bash, zsh, fish, elvish, powershell), on stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages of every command, written into a directory.
+    #[command(hide = true)]
+    Man {
+        /// Where to write them.
+        dir: std::path::PathBuf,
+    },
     /// One iobench worker (started by iobench).
     #[command(hide = true)]
     IobenchWorker,
@@ -96,13 +108,20 @@ fn main() -> anyhow::Result<()> {
         Command::Plan(a) => plan::run(a),
         Command::Link(a) => link::run(a),
         Command::Relay(a) => relay::run(a),
+        Command::Completions { shell } => {
+            manual::completions::<Cli>(shell);
+            Ok(())
+        }
+        Command::Man { dir } => manual::pages::<Cli>(&dir),
         Command::Gateway(a) => {
             a.child.apply();
-            roles::gateway(a.node.config()?, &a.node.peers, a.ep)
+            roles::exit_on_signals(|| {})?;
+            roles::gateway(a.node.config()?, &a.node.peers, a.ep, None)
         }
         Command::Sink(a) => {
             a.child.apply();
-            roles::sink(a.node.config()?, a.ep)
+            roles::exit_on_signals(|| {})?;
+            roles::sink(a.node.config()?, a.ep, None)
         }
     }
 }

@@ -8,6 +8,7 @@ use macrolink_files::check::round_trip;
 use macrolink_files::setup::load_secret;
 use macrolink_files::{ServeConfig, Server};
 use macrolink_gwnet::check::{node_config, PathCheck};
+use macrolink_gwnet::done::{self, Pending};
 use macrolink_testbed::data::pattern;
 use macrolink_testbed::ready::Line;
 use macrolink_testbed::Peer;
@@ -35,6 +36,11 @@ pub struct NodeArgs {
     /// MiB a compute host sends to each storage host as a check.
     #[arg(long, default_value_t = 64)]
     mib: usize,
+    /// End with the compute hosts: each says when it is done, and gateways
+    /// and storage hosts end once all have (for a job of one host per
+    /// rank: srun, mpirun).
+    #[arg(long)]
+    until_done: bool,
 }
 
 fn load(path: &Path) -> anyhow::Result<Cluster> {
@@ -68,12 +74,17 @@ fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Resul
     let listen = h.files.context("no files address")?;
     let fabric = h.listen().context("no storage address")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["serve", "--listen", &listen.to_string()])
-        .args(["--node", &h.node.to_string()])
-        .args(["--fabric", &fabric.to_string(), "--sink"])
-        .arg(export)
-        .arg("--shm-dir")
-        .arg(shm);
+    cmd.args([
+        "serve",
+        "--exit-with-parent",
+        "--listen",
+        &listen.to_string(),
+    ])
+    .args(["--node", &h.node.to_string()])
+    .args(["--fabric", &fabric.to_string(), "--sink"])
+    .arg(export)
+    .arg("--shm-dir")
+    .arg(shm);
     Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
 }
 
@@ -87,6 +98,12 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     // Every host here is a child of this process: a fresh secret each run.
     macrolink_files::setup::fresh_secret_unless_set()?;
+    // Ended by a signal: the hosts end with this process (they were
+    // started with --exit-with-parent), and the scratch directory goes.
+    let scratch = dir.path().to_path_buf();
+    crate::roles::exit_on_signals(move || {
+        let _ = std::fs::remove_dir_all(&scratch);
+    })?;
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
         let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
@@ -138,6 +155,7 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.stay {
         eprintln!("hosts running; interrupt to stop");
         loop {
+            // Until a signal ends the process (exit_on_signals).
             std::thread::park();
         }
     }
@@ -148,12 +166,16 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
 
 /// Runs storage host `h` with its file service: the service's fabric node
 /// is the host's, and also receives striped transfers. Never returns but
-/// with an error.
-fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
+/// with an error, or by ending the process once `until`'s compute hosts
+/// are done.
+fn run_file_service(h: &Host, shm: &Path, until: Option<Pending>) -> anyhow::Result<()> {
     let cfg = ServeConfig::for_host(h, shm, load_secret(None)?)?;
     let export = cfg.root.display().to_string();
     let server = Server::bind(cfg)?;
     server.start_sink()?;
+    if let Some(p) = until {
+        crate::roles::exit_when_done(server.node(), p)?;
+    }
     let files = server.local_addr()?;
     eprintln!(
         "{}: file service at ml://{files}/ exporting {export}",
@@ -169,25 +191,54 @@ fn run_file_service(h: &Host, shm: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Compute host `h` tells the gateways and storage hosts of `c` that it is
+/// done, and says which did not answer.
+fn say_done(c: &Cluster, h: &Host, shm: &Path) -> anyhow::Result<()> {
+    let services: Vec<(u32, std::net::SocketAddr)> = c
+        .hosts
+        .iter()
+        .filter(|s| matches!(s.role, Role::Gateway | Role::Storage))
+        .filter_map(|s| Some((s.node, c.address_of(h, s)?)))
+        .collect();
+    let mut cfg = node_config(h, shm, &services);
+    cfg.tcp = None;
+    let node = macrolink_fabric::Node::start(cfg)?;
+    let mut ep = node.open(1, done::endpoint_config())?;
+    let ids: Vec<u32> = services.iter().map(|s| s.0).collect();
+    let silent = done::announce(&mut ep, &ids, std::time::Duration::from_secs(10));
+    if !silent.is_empty() {
+        eprintln!("{}: no answer to `done` from nodes {silent:?}", h.name);
+    }
+    Ok(())
+}
+
 /// Runs this process's host of the cluster.
 pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     let cluster = load(&a.cluster)?;
+    // Before any thread: the file's secret, for this process and its children.
+    macrolink_files::setup::secret_from_cluster(&cluster);
     let h = cluster.me(a.host.as_deref())?.clone();
     let shm = macrolink_fabric::default_shm_dir();
     let storage = cluster.storage_peers(&h);
+    let until = a.until_done.then(|| Pending::of(&cluster));
+    if h.role != Role::Relay {
+        // A relay reports what it carried on a signal, and ends by itself.
+        crate::roles::exit_on_signals(|| {})?;
+    }
     match h.role {
         Role::Compute => {
             println!("{}", macrolink_gwnet::check::HEADER);
             let files = cluster.hosts.iter().any(|s| s.files.is_some());
-            anyhow::ensure!(
-                check(&cluster, &h, &shm, a.mib, files)?,
-                "some checks failed"
-            );
+            let ok = check(&cluster, &h, &shm, a.mib, files);
+            if a.until_done {
+                say_done(&cluster, &h, &shm)?;
+            }
+            anyhow::ensure!(ok?, "some checks failed");
             Ok(())
         }
-        Role::Storage if h.files.is_some() => run_file_service(&h, &shm),
-        Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1),
-        Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1),
+        Role::Storage if h.files.is_some() => run_file_service(&h, &shm, until),
+        Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1, until),
+        Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1, until),
         Role::Relay => crate::relay::serve(&cluster, &h, None, false),
     }
 }

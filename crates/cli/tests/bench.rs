@@ -10,10 +10,17 @@ use std::process::{Command, Stdio};
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 
 fn run(args: &[&str]) -> String {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("macrolink runs");
+    run_in(None, args)
+}
+
+/// As [`run`], with nodes meeting under `runtime` (its `XDG_RUNTIME_DIR`)
+/// when given, apart from other tests' nodes of the same ids.
+fn run_in(runtime: Option<&Path>, args: &[&str]) -> String {
+    let mut c = Command::new(EXE);
+    if let Some(r) = runtime {
+        c.env("XDG_RUNTIME_DIR", r);
+    }
+    let out = c.args(args).output().expect("macrolink runs");
     assert!(
         out.status.success(),
         "macrolink {args:?} failed: {}",
@@ -249,12 +256,13 @@ impl Drop for Reap {
     }
 }
 
-/// Starts a benchmark target; returns it and the address its ready line
-/// names.
-fn target(args: &[&str]) -> (Reap, String) {
+/// Starts a benchmark target, its node meeting others under `runtime`;
+/// returns it and the address its ready line names.
+fn target(runtime: &Path, args: &[&str]) -> (Reap, String) {
     let mut target = Reap(
         Command::new(EXE)
             .args(args)
+            .env("XDG_RUNTIME_DIR", runtime)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -273,25 +281,28 @@ fn target(args: &[&str]) -> (Reap, String) {
 
 #[test]
 fn two_hosts_via_listen_and_connect() {
-    let (mut target, addr) = target(&["bench", "bw", "--listen", "127.0.0.1:0"]);
     let d = tempfile::tempdir().unwrap();
+    let (mut target, addr) = target(d.path(), &["bench", "bw", "--listen", "127.0.0.1:0"]);
     let j = d.path().join("r.json");
-    run(&[
-        "bench",
-        "bw",
-        "--connect",
-        &addr,
-        "--transport",
-        "tcp",
-        "--mode",
-        "reliable,put",
-        "--sizes",
-        "1000",
-        "--count",
-        "25",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
+    run_in(
+        Some(d.path()),
+        &[
+            "bench",
+            "bw",
+            "--connect",
+            &addr,
+            "--transport",
+            "tcp",
+            "--mode",
+            "reliable,put",
+            "--sizes",
+            "1000",
+            "--count",
+            "25",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+    );
     for r in json(&j) {
         assert_eq!(num(&r, "bytes"), 25_000.0, "{r}");
     }
@@ -302,7 +313,8 @@ fn two_hosts_via_listen_and_connect() {
 #[test]
 fn bench_serve_outlives_strangers_and_serves_the_readme_example() {
     use std::io::Write;
-    let (mut target, addr) = target(&["bench", "serve", "--tcp", "127.0.0.1:0"]);
+    let d = tempfile::tempdir().unwrap();
+    let (mut target, addr) = target(d.path(), &["bench", "serve", "--tcp", "127.0.0.1:0"]);
     // Strangers: garbage for a hello, a hello that stops half-way, a
     // member that connects to the control endpoint and leaves, a datagram.
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -320,18 +332,21 @@ fn bench_serve_outlives_strangers_and_serves_the_readme_example() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(target.0.try_wait().unwrap().is_none(), "bench serve exited");
     // The README's example, as written: no node ids given.
-    let out = run(&[
-        "bench",
-        "lat",
-        "--connect",
-        &addr,
-        "--transport",
-        "tcp",
-        "--sizes",
-        "8",
-        "--count",
-        "50",
-    ]);
+    let out = run_in(
+        Some(d.path()),
+        &[
+            "bench",
+            "lat",
+            "--connect",
+            &addr,
+            "--transport",
+            "tcp",
+            "--sizes",
+            "8",
+            "--count",
+            "50",
+        ],
+    );
     assert!(out.contains("tcp"), "{out}");
     assert!(target.0.wait().unwrap().success());
 }

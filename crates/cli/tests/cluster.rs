@@ -162,3 +162,141 @@ storage = ["disk"]
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no host named"));
 }
+
+/// Host process `rank` of `file`, as a launcher starts it: its rank in the
+/// environment, the secret only in the cluster file, nodes meeting in
+/// `run`'s directory.
+fn rank(file: &std::path::Path, run: &std::path::Path, rank: usize, extra: &[&str]) -> Command {
+    let mut c = Command::new(EXE);
+    c.arg("node").arg(file).args(extra);
+    c.env("SLURM_PROCID", rank.to_string())
+        .env("XDG_RUNTIME_DIR", run)
+        .env_remove("MACROLINK_SECRET")
+        .env_remove("MACROLINK_SECRET_FILE");
+    c
+}
+
+#[test]
+fn a_job_of_one_host_per_rank_ends_when_its_compute_host_is_done() {
+    let d = tempfile::tempdir().unwrap();
+    let file = macrolink_testbed::site::write(d.path(), 7600).unwrap();
+    let run = d.path().join("run");
+    let args = ["--until-done", "--mib", "4"];
+    // Services first, in reverse rank order, so that the compute host finds
+    // them up; each waits for the compute host to say it is done.
+    let services: Vec<_> = (1..4)
+        .rev()
+        .map(|r| Reap(Peer::spawn_cmd(rank(&file, &run, r, &args)).unwrap()))
+        .collect();
+    let out = rank(&file, &run, 0, &args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = text.lines().filter(|l| l.starts_with("compute0")).count();
+    assert_eq!(rows, 3, "{text}");
+    for mut s in services {
+        assert!(
+            s.0.wait_exit(std::time::Duration::from_secs(20)),
+            "a service host ended with the job"
+        );
+    }
+    let left = macrolink_testbed::site::sockets_left(&run.join("macrolink"));
+    assert!(left.is_empty(), "sockets left behind: {left:?}");
+}
+
+#[test]
+fn a_host_ended_by_a_signal_leaves_no_socket_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let file = macrolink_testbed::site::write(d.path(), 7650).unwrap();
+    let run = d.path().join("run");
+    let shm = run.join("macrolink");
+    for (r, sig) in [(1, libc::SIGTERM), (3, libc::SIGINT)] {
+        let mut host = Reap(Peer::spawn_cmd(rank(&file, &run, r, &[])).unwrap());
+        assert!(!macrolink_testbed::site::sockets_left(&shm).is_empty());
+        // SAFETY: kill sends a signal to a process id; it touches no memory.
+        assert_eq!(unsafe { libc::kill(host.0.pid() as i32, sig) }, 0);
+        assert!(host.0.wait_exit(std::time::Duration::from_secs(10)));
+        let left = macrolink_testbed::site::sockets_left(&shm);
+        assert!(left.is_empty(), "rank {r}: sockets left behind: {left:?}");
+    }
+}
+
+#[test]
+fn a_storage_host_without_an_export_is_told_what_to_add() {
+    let d = tempfile::tempdir().unwrap();
+    let file = macrolink_testbed::site::write(d.path(), 7680).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let bare: String = text
+        .lines()
+        .filter(|l| !l.starts_with("export"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, bare).unwrap();
+    let out = rank(&file, &d.path().join("run"), 3, &[]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("add export = "), "{err}");
+}
+
+#[test]
+fn up_ended_by_a_signal_takes_its_hosts_and_scratch_with_it() {
+    use std::io::BufRead;
+    let d = tempfile::tempdir().unwrap();
+    let file = macrolink_testbed::site::write(d.path(), 7850).unwrap();
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut up = Command::new(EXE)
+        .arg("up")
+        .arg(&file)
+        .args(["--mib", "1", "--stay"])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(up.stderr.take().unwrap()).lines();
+    let said = err
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("hosts running"));
+    assert!(said, "up never said its hosts run");
+    let hosts = children_of(up.id());
+    assert_eq!(hosts.len(), 3, "two gateways and a storage host: {hosts:?}");
+    // SAFETY: kill sends a signal to a process id; it touches no memory.
+    assert_eq!(unsafe { libc::kill(up.id() as i32, libc::SIGTERM) }, 0);
+    let status = up.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hosts
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "hosts outlived up: {hosts:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
+}
+
+/// The process ids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                // pid (comm) state ppid ...: the comm may hold spaces.
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}

@@ -47,6 +47,12 @@ const RANK_VARS: [&str; 3] = ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
+    /// File holding the shared secret of the cluster's fabric and file
+    /// service (never the secret itself); relative to the cluster file.
+    /// The environment (`MACROLINK_SECRET_FILE`, `MACROLINK_SECRET`) and
+    /// `--secret-file` come first.
+    #[serde(default)]
+    pub secret_file: Option<std::path::PathBuf>,
     /// Hosts.
     #[serde(rename = "host", default)]
     pub hosts: Vec<Host>,
@@ -74,7 +80,11 @@ impl Cluster {
             path: path.to_path_buf(),
             source,
         })?;
-        Cluster::parse(&text)
+        let mut c = Cluster::parse(&text)?;
+        if let (Some(f), Some(dir)) = (&c.secret_file, path.parent()) {
+            c.secret_file = Some(dir.join(f));
+        }
+        Ok(c)
     }
 
     /// The embedded default cluster.
@@ -319,6 +329,20 @@ mod tests {
     use super::*;
 
     const ONE: &str = "[[host]]\nname = 'a'\nrole = 'compute'\nnode = 1\nfabric = '127.0.0.1:1'\n";
+
+    #[test]
+    fn a_secret_file_is_found_beside_the_cluster_file() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("c.toml");
+        for (given, want) in [
+            ("secret", d.path().join("secret")),
+            ("/etc/macrolink/secret", "/etc/macrolink/secret".into()),
+        ] {
+            std::fs::write(&file, format!("secret_file = '{given}'\n{ONE}")).unwrap();
+            assert_eq!(Cluster::load(&file).unwrap().secret_file, Some(want));
+        }
+        assert_eq!(Cluster::embedded().secret_file, None);
+    }
 
     #[test]
     fn the_embedded_default_parses() {

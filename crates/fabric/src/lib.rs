@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use iobuf::IoBuf;
 pub use key::Key;
 pub use macrolink_wire::Refusal;
-pub use node::{default_shm_dir, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};
+pub use node::{default_shm_dir, remove_sockets, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};
 pub use sys::clock_ns;
 pub use transport::Caps;
 pub use types::{

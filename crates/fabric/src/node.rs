@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::contact::{accept_loop, sweep_stale, Accepted, NodeShared};
@@ -77,6 +77,19 @@ pub fn default_shm_dir() -> PathBuf {
     }
 }
 
+/// Socket files of this process's live nodes, for [`remove_sockets`].
+static SOCKETS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes the socket files of this process's live nodes from their meeting
+/// directories. For a process about to exit without dropping its nodes (on
+/// a signal, or from another thread), so that it leaves nothing behind.
+pub fn remove_sockets() {
+    let paths = SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
+    for p in paths.iter() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// One process's node: listeners for tcp and shm, and the endpoints it opens.
 #[derive(Debug)]
 pub struct Node {
@@ -114,6 +127,10 @@ impl Node {
                     let _ = std::fs::remove_file(&path);
                 }
                 let l = UnixListener::bind(&path)?;
+                SOCKETS
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(path.clone());
                 sock_path = Some(path);
                 Some(l)
             }
@@ -191,6 +208,10 @@ impl Drop for Node {
         }
         if let Some(p) = &self.sock_path {
             let _ = std::fs::remove_file(p);
+            let mut live = SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(i) = live.iter().position(|q| q == p) {
+                live.swap_remove(i);
+            }
         }
     }
 }

@@ -98,10 +98,13 @@ impl ServeConfig {
     ) -> Result<ServeConfig, crate::Error> {
         let missing = |what: &str| crate::Error::Usage(format!("host {:?} has no {what}", h.name));
         Ok(ServeConfig {
-            root: h
-                .export
-                .clone()
-                .ok_or_else(|| missing("`export` for its `files`"))?,
+            root: h.export.clone().ok_or_else(|| {
+                crate::Error::Usage(format!(
+                    "host {:?} has `files` but no `export`: add export = \"/path/to/dir\" \
+                     (the directory its file service serves) to its [[host]] entry",
+                    h.name
+                ))
+            })?,
             listen: h.files.ok_or_else(|| missing("`files` address"))?,
             secret,
             read_only: false,

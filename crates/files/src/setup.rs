@@ -35,9 +35,16 @@ pub struct ClientSetup {
 }
 
 impl ClientSetup {
-    /// The shared secret.
+    /// The shared secret: `secret_file`, else the environment's, else the
+    /// one the cluster file names.
     pub fn secret(&self) -> Result<Secret, Error> {
-        load_secret(self.secret_file.as_deref())
+        let from_cluster = match (&self.secret_file, &self.cluster) {
+            (None, Some(p)) if !env_names_secret() => macrolink_cluster::Cluster::load(p)
+                .ok()
+                .and_then(|c| c.secret_file),
+            _ => None,
+        };
+        load_secret(self.secret_file.as_deref().or(from_cluster.as_deref()))
     }
 
     /// The client options these settings make.
@@ -76,10 +83,25 @@ impl ClientSetup {
     }
 }
 
+/// Whether the environment names a secret.
+fn env_names_secret() -> bool {
+    std::env::var_os(SECRET_VAR).is_some() || std::env::var_os(SECRET_FILE_VAR).is_some()
+}
+
+/// Names the secret file of cluster file `c` to this process and its
+/// children, unless the environment names a secret. Call before starting
+/// any thread.
+pub fn secret_from_cluster(c: &macrolink_cluster::Cluster) {
+    if let (false, Some(f)) = (env_names_secret(), &c.secret_file) {
+        // Before any thread exists (the caller's promise), and children inherit it.
+        std::env::set_var(SECRET_FILE_VAR, f);
+    }
+}
+
 /// Gives this process and its children a fresh random secret, unless the
 /// environment names one. Call before starting any thread.
 pub fn fresh_secret_unless_set() -> Result<(), Error> {
-    if std::env::var_os(SECRET_VAR).is_some() || std::env::var_os(SECRET_FILE_VAR).is_some() {
+    if env_names_secret() {
         return Ok(());
     }
     let mut b = [0u8; 24];

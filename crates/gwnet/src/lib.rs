@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod client;
+pub mod done;
 pub mod relay;
 pub mod sink;
 

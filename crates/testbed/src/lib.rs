@@ -2,7 +2,8 @@
 //! network namespaces joined by veth links shaped with `tc tbf`
 //! ([`netns`]), child processes that say where they listen on a ready line
 //! ([`ready`], [`peer`]), repeatable test data ([`data`]), and the rule for
-//! tests that need root or namespaces ([`require`]).
+//! tests that need root or namespaces ([`require`]), and a cluster file for
+//! one host per process ([`site`]).
 //!
 //! ```text
 //!   test / bench ──spawn──► macrolink ROLE (echo, gateway, sink, serve, ...)
@@ -21,5 +22,6 @@ pub mod netns;
 pub mod peer;
 pub mod ready;
 pub mod require;
+pub mod site;
 
 pub use peer::Peer;

@@ -67,3 +67,32 @@ fn skip<T>(var: &str, what: &str, why: &str) -> Option<T> {
     eprintln!("{what} not run here: {why}");
     None
 }
+
+/// `Some(())` when a Slurm cluster answers `scontrol ping` (with the
+/// environment's `SLURM_CONF`); `None` with the reason printed, or a panic
+/// when `MACROLINK_REQUIRE_SLURM=1`.
+pub fn slurm() -> Option<()> {
+    let why = match std::process::Command::new("scontrol").arg("ping").output() {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains("is UP") => return Some(()),
+        Ok(o) => format!(
+            "no slurmctld answers `scontrol ping`: {}",
+            String::from_utf8_lossy(&o.stdout).trim()
+        ),
+        Err(e) => format!("scontrol: {e}"),
+    };
+    skip("MACROLINK_REQUIRE_SLURM", "Slurm test", &why)
+}
+
+/// `Some(())` when `program --version` runs; `None` with the reason
+/// printed, or a panic when `var` is `1`.
+pub fn program(program: &str, var: &str) -> Option<()> {
+    let why = match std::process::Command::new(program)
+        .arg("--version")
+        .output()
+    {
+        Ok(o) if o.status.success() => return Some(()),
+        Ok(o) => format!("{program} --version: {}", o.status),
+        Err(e) => format!("{program}: {e}"),
+    };
+    skip(var, &format!("test with {program}"), &why)
+}

@@ -1,0 +1,77 @@
+//! A cluster file for tests of one host per process, as a launcher runs
+//! them: a compute host, two gateways and a storage host with its file
+//! service, on loopback ports from `base`, with a secret file and an export
+//! in a directory of the test's own.
+
+use std::path::{Path, PathBuf};
+
+/// The hosts of [`write`]'s file, in rank order.
+pub const HOSTS: [&str; 4] = ["compute0", "gw0", "gw1", "store0"];
+
+/// Writes `cluster.toml`, `secret` and `export/` into `dir`; the file's
+/// path. Ports `base + 1`, `base + 10`, `base + 21`, `base + 22` and
+/// `base + 30` are used.
+pub fn write(dir: &Path, base: u16) -> std::io::Result<PathBuf> {
+    let export = dir.join("export");
+    std::fs::create_dir_all(&export)?;
+    std::fs::write(
+        dir.join("secret"),
+        "a site's secret, long enough to be one\n",
+    )?;
+    let p = |n: u16| format!("127.0.0.1:{}", base + n);
+    let text = format!(
+        r#"secret_file = "secret"
+
+[[host]]
+name = "compute0"
+role = "compute"
+node = 1
+fabric = "{}"
+
+[[host]]
+name = "gw0"
+role = "gateway"
+node = 21
+fabric = "{}"
+
+[[host]]
+name = "gw1"
+role = "gateway"
+node = 22
+fabric = "{}"
+
+[[host]]
+name = "store0"
+role = "storage"
+node = 10
+storage = "{}"
+files = "{}"
+export = "{}"
+
+[[lane]]
+gateways = ["gw0", "gw1"]
+storage = ["store0"]
+"#,
+        p(1),
+        p(21),
+        p(22),
+        p(10),
+        p(30),
+        export.display()
+    );
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, text)?;
+    Ok(file)
+}
+
+/// Socket files of fabric nodes left in meeting directory `shm`.
+pub fn sockets_left(shm: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(shm)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
