@@ -93,4 +93,7 @@ pub enum Error {
     /// Segments that do not make one relay pair.
     #[error("segments: {0}")]
     Segment(String),
+    /// A `[[macro]]` group or the `[manage]` table is wrong.
+    #[error("macro-clusters: {0}")]
+    Macro(String),
 }

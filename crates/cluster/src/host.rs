@@ -39,6 +39,9 @@ pub struct Host {
     pub export: Option<PathBuf>,
     /// Relay hosts: UDP address on the long link.
     pub long: Option<SocketAddr>,
+    /// Managed hosts: UDP address of its management agent (probes, health)
+    /// and of the managers it runs.
+    pub manage: Option<SocketAddr>,
 }
 
 impl Host {

@@ -22,12 +22,14 @@
 mod error;
 mod host;
 mod lane;
+mod manage;
 mod segment;
 mod settings;
 
 pub use error::Error;
 pub use host::{Host, Role};
 pub use lane::Lane;
+pub use manage::{Macro, ManageSettings};
 pub use segment::{RangeSettings, RelayPlan, Segment};
 pub use settings::{HealthSettings, StripeSettings};
 
@@ -71,6 +73,12 @@ pub struct Cluster {
     /// The long link between the relays.
     #[serde(default)]
     pub range: RangeSettings,
+    /// Macro-clusters, each with its manager and fallback.
+    #[serde(rename = "macro", default)]
+    pub macros: Vec<Macro>,
+    /// How the cluster is managed.
+    #[serde(default)]
+    pub manage: ManageSettings,
 }
 
 impl Cluster {
@@ -161,7 +169,69 @@ impl Cluster {
                 }
             }
         }
-        self.check_segments()
+        self.check_segments()?;
+        self.check_macros()
+    }
+
+    fn check_macros(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Macro(m));
+        if self.macros.is_empty() {
+            return match &self.manage.central {
+                Some(_) => bad("a central manager but no [[macro]] to manage".into()),
+                None => Ok(()),
+            };
+        }
+        let central = match &self.manage.central {
+            Some(c) => c,
+            None => return bad("[[macro]] groups need a central manager: [manage] central".into()),
+        };
+        if self
+            .manage
+            .dark_share
+            .is_some_and(|s| !(0.0..=1.0).contains(&s))
+        {
+            return bad("[manage] dark_share must be between 0 and 1".into());
+        }
+        let mut seen = HashSet::new();
+        for m in &self.macros {
+            if m.hosts.is_empty() {
+                return bad(format!("{}: no hosts", m.name));
+            }
+            if m.manager == m.fallback {
+                return bad(format!(
+                    "{}: the fallback must be another host than the manager",
+                    m.name
+                ));
+            }
+            for n in m.hosts.iter().chain([&m.manager, &m.fallback]) {
+                match self.host(n) {
+                    Some(h) if h.manage.is_some() => {}
+                    Some(_) => {
+                        return bad(format!("{}: host {n:?} has no `manage` address", m.name))
+                    }
+                    None => return bad(format!("{}: no host named {n:?}", m.name)),
+                }
+            }
+            for n in &m.hosts {
+                if !seen.insert(n.as_str()) {
+                    return bad(format!("host {n:?} is in two macro-clusters"));
+                }
+            }
+        }
+        match self.host(central) {
+            Some(h) if h.manage.is_some() => Ok(()),
+            Some(_) => bad(format!(
+                "central manager {central:?} has no `manage` address"
+            )),
+            None => bad(format!("central manager: no host named {central:?}")),
+        }
+    }
+
+    /// The macro-cluster of host `name`.
+    pub fn macro_of(&self, name: &str) -> Option<&Macro> {
+        self.macros
+            .iter()
+            .find(|m| m.hosts.iter().any(|h| h == name))
     }
 
     fn check_segments(&self) -> Result<(), Error> {
@@ -329,6 +399,46 @@ mod tests {
     use super::*;
 
     const ONE: &str = "[[host]]\nname = 'a'\nrole = 'compute'\nnode = 1\nfabric = '127.0.0.1:1'\n";
+
+    /// Four managed hosts, and `tail` appended.
+    fn managed(tail: &str) -> String {
+        let mut t = String::new();
+        for (i, n) in ["h0", "h1", "h2", "h3"].iter().enumerate() {
+            t += &format!(
+                "[[host]]\nname = '{n}'\nrole = 'compute'\nnode = {}\nfabric = '127.0.0.1:{}'\nmanage = '127.0.0.1:{}'\n",
+                i + 1,
+                7000 + i,
+                7100 + i
+            );
+        }
+        t + tail
+    }
+
+    #[test]
+    fn macro_clusters_name_their_managers_and_a_central_one() {
+        let ok = "[[macro]]\nname = 'm0'\nhosts = ['h0', 'h1']\nmanager = 'h0'\nfallback = 'h1'\n\
+                  [[macro]]\nname = 'm1'\nhosts = ['h2', 'h3']\nmanager = 'h2'\nfallback = 'h3'\n\
+                  [manage]\ncentral = 'h0'\nexclude_command = 'scontrol update nodename={host} state=drain'\n";
+        let c = Cluster::parse(&managed(ok)).unwrap();
+        assert_eq!(c.macros.len(), 2);
+        assert_eq!(c.macro_of("h3").unwrap().name, "m1");
+        assert_eq!(c.manage.central.as_deref(), Some("h0"));
+        let msg = |tail: &str| Cluster::parse(&managed(tail)).unwrap_err().to_string();
+        let one = |hosts: &str, m: &str, f: &str| {
+            format!("[[macro]]\nname = 'm'\nhosts = {hosts}\nmanager = '{m}'\nfallback = '{f}'\n")
+        };
+        assert!(msg(&one("['h0']", "h0", "h1")).contains("[manage] central"));
+        let central = "[manage]\ncentral = 'h0'\n";
+        assert!(msg(&(one("['h0']", "h1", "h1") + central)).contains("another host"));
+        assert!(msg(&(one("['h0']", "h1", "hx") + central)).contains("no host named \"hx\""));
+        assert!(msg(&(one("[]", "h1", "h2") + central)).contains("no hosts"));
+        let twice = one("['h0', 'h1']", "h0", "h1") + &one("['h1']", "h2", "h3") + central;
+        assert!(msg(&twice).contains("in two macro-clusters"));
+        assert!(msg(central).contains("no [[macro]]"));
+        let bare = "[[host]]\nname = 'x'\nrole = 'compute'\nnode = 9\nfabric = '127.0.0.1:1'\n";
+        let unmanaged = bare.to_string() + &one("['x']", "h0", "h1") + central;
+        assert!(msg(&unmanaged).contains("\"x\" has no `manage` address"));
+    }
 
     #[test]
     fn a_secret_file_is_found_beside_the_cluster_file() {
