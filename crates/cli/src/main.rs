@@ -7,6 +7,7 @@ mod echo;
 mod files;
 mod iobench;
 mod link;
+mod manage;
 mod manual;
 mod plan;
 mod relay;
@@ -63,6 +64,9 @@ enum Command {
     /// One of the pair of range-extension relays that join the two segments
     /// of a cluster file over a long link.
     Relay(relay::Args),
+    /// Macro-cluster management: run a host's managers, show the central
+    /// manager's view, reset, exclude or include a host.
+    Manage(manage::Args),
     /// The papers' models: cost and capacity of I/O networks and storage,
     /// range extension, latency; checked against the papers' tables.
     Plan(plan::Args),
@@ -106,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         Command::Echo(a) => echo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Plan(a) => plan::run(a),
+        Command::Manage(a) => manage::run(a),
         Command::Link(a) => link::run(a),
         Command::Relay(a) => relay::run(a),
         Command::Completions { shell } => {

@@ -40,6 +40,7 @@ mod iobuf;
 pub mod key;
 mod node;
 mod pool;
+pub mod seal;
 pub(crate) mod sys;
 mod transport;
 mod types;

@@ -100,6 +100,9 @@ struct Member {
     next_probe: Nanos,
     /// Sequence of the last probe sent; answers to older ones still count.
     seq: u64,
+    /// Sequence of the newest probe answered: an answer to it or an older
+    /// one again (a replay) counts for nothing.
+    acked: u64,
     waiting: Waiting,
 }
 
@@ -125,6 +128,7 @@ impl Detector {
                     since: now,
                     next_probe: now + step * i as u64,
                     seq: 0,
+                    acked: 0,
                     waiting: Waiting::No,
                 })
                 .collect(),
@@ -143,14 +147,16 @@ impl Detector {
     }
 
     /// Member `from` answered probe `seq` (directly or through another
-    /// member). An answer to a probe never sent is ignored.
+    /// member). An answer to a probe never sent, or to one older than an
+    /// answer already taken, is ignored.
     pub fn on_ack(&mut self, from: usize, seq: u64, out: &mut Vec<DetectEvent>) {
         let Some(m) = self.members.get_mut(from) else {
             return;
         };
-        if seq == 0 || seq > m.seq {
+        if seq <= m.acked || seq > m.seq {
             return;
         }
+        m.acked = seq;
         m.waiting = Waiting::No;
         if m.liveness != Liveness::Alive {
             m.liveness = Liveness::Alive;
@@ -369,12 +375,16 @@ mod tests {
     #[test]
     fn answers_to_probes_never_sent_count_for_nothing() {
         let mut d = Detector::new(2, DetectConfig::default(), 0);
-        let _ = run(&mut d, 0, 1000 * MS, &[1]);
+        let _ = run(&mut d, 0, 500 * MS, &[]);
+        let _ = run(&mut d, 501 * MS, 2000 * MS, &[1]);
         assert_eq!(d.liveness(1), Some(Liveness::Failed));
         let mut out = Vec::new();
         d.on_ack(1, u64::MAX, &mut out);
         d.on_ack(1, 0, &mut out);
         d.on_ack(7, 1, &mut out);
+        // Member 1's first probe was answered before it died: a replay of
+        // that answer is not a new one.
+        d.on_ack(1, 1, &mut out);
         assert!(out.is_empty());
         assert_eq!(d.liveness(1), Some(Liveness::Failed));
     }

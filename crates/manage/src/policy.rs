@@ -318,7 +318,12 @@ impl Policy {
                 self.state.exclusions.push_back(now);
                 out.push(self.set(h, HostState::Excluded, Some(Action::Exclude), reason, now));
             }
+            // Included: fixed, by the operator's word; its past resets
+            // no longer count against it.
             Order::Include => {
+                if let Some(r) = self.state.hosts.get_mut(h) {
+                    r.last_reset = None;
+                }
                 out.push(self.set(h, HostState::Healthy, Some(Action::Include), reason, now));
             }
         }

@@ -23,9 +23,11 @@
 
 mod conn;
 pub mod plan;
-mod seal;
 
-pub use seal::{Seal, CONTEXT as SEAL_CONTEXT, TAG_LEN};
+pub use macrolink_fabric::seal::{Seal, TAG_LEN};
+
+/// What the cluster key is turned into for the long link.
+pub const SEAL_CONTEXT: &str = "macrolink relay 2026-11 long-haul packet key";
 
 use macrolink_relay::haul::{self, Event, Link};
 use rustix::event::{PollFd, PollFlags};

@@ -1,10 +1,10 @@
-//! Every long-haul datagram ends in a keyed hash of the rest, so a relay
-//! takes packets only from a peer that holds the cluster's secret.
+//! Datagrams that end in a keyed hash (BLAKE3) of the rest, so that a
+//! receiver takes them only from a sender that holds the cluster's secret:
+//! the long-haul packets between relays, the management messages. Each use
+//! has a key of its own ([`Key::derive`](crate::Key::derive)).
 
 /// Bytes of the hash at the end of a datagram.
 pub const TAG_LEN: usize = 16;
-/// What the cluster key is turned into for the long link.
-pub const CONTEXT: &str = "macrolink relay 2026-11 long-haul packet key";
 
 /// Seals and opens datagrams with one key.
 #[derive(Clone)]

@@ -1,0 +1,296 @@
+//! Macro-cluster management as processes on loopback: a central manager
+//! (h0) and one group of four hosts (h1..h4) whose manager is h1 and
+//! fallback h2. Hosts are killed, frozen and brought back; what the
+//! central manager decided shows in `manage status --json`, in its
+//! decision log, and in the files its reset and exclude commands write.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
+
+/// A cluster of five managed hosts and the processes of their stations.
+struct Site {
+    dir: tempfile::TempDir,
+    file: PathBuf,
+    hosts: Vec<Option<Child>>,
+}
+
+impl Site {
+    fn new(base: u16, health: Option<&str>) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), "a manager's secret, long enough").unwrap();
+        let mut t = String::from("secret_file = \"secret\"\n");
+        for i in 0..5u16 {
+            t += &format!(
+                "[[host]]\nname = \"h{i}\"\nrole = \"compute\"\nnode = {}\nfabric = \"127.0.0.1:{}\"\nmanage = \"127.0.0.1:{}\"\n",
+                i + 1,
+                base + i,
+                base + 10 + i
+            );
+        }
+        let d = dir.path().display();
+        t += &format!(
+            "[[macro]]\nname = \"m0\"\nhosts = [\"h1\", \"h2\", \"h3\", \"h4\"]\nmanager = \"h1\"\nfallback = \"h2\"\n\
+             [manage]\ncentral = \"h0\"\nprobe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\n\
+             come_back_s = 30\nagain_within_s = 60\nhealth_ms = 100\n\
+             reset_command = \"echo {{host}} >> {d}/resets\"\n\
+             exclude_command = \"echo {{host}} {{reason}} >> {d}/excluded\"\n"
+        );
+        if let Some(h) = health {
+            t += &format!("health_command = \"{h}\"\n");
+        }
+        let file = dir.path().join("cluster.toml");
+        std::fs::write(&file, t).unwrap();
+        let mut s = Site {
+            dir,
+            file,
+            hosts: (0..5).map(|_| None).collect(),
+        };
+        for i in 0..5 {
+            s.start(i);
+        }
+        s
+    }
+
+    fn start(&mut self, i: usize) {
+        let child = Command::new(EXE)
+            .args(["manage", "run"])
+            .arg(&self.file)
+            .args(["--host", &format!("h{i}"), "--state-dir"])
+            .arg(self.dir.path().join("state"))
+            .env_remove("MACROLINK_SECRET")
+            .env_remove("MACROLINK_SECRET_FILE")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.hosts[i] = Some(child);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.hosts[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, i: usize, sig: i32) {
+        let pid = self.hosts[i].as_ref().unwrap().id() as i32;
+        // SAFETY: kill sends a signal to a process id; it touches no memory.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+
+    fn manage(&self, args: &[&str]) -> std::process::Output {
+        Command::new(EXE)
+            .arg("manage")
+            .arg(args[0])
+            .arg(&self.file)
+            .args(&args[1..])
+            .env_remove("MACROLINK_SECRET")
+            .env_remove("MACROLINK_SECRET_FILE")
+            .output()
+            .unwrap()
+    }
+
+    fn status(&self) -> Value {
+        let out = self.manage(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn state_of(&self, host: &str) -> String {
+        self.status()["hosts"][host]["state"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn lines(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Waits up to `limit` for `ok`; how long it took.
+    fn until(&self, limit: Duration, what: &str, ok: impl Fn(&Site) -> bool) -> Duration {
+        let start = Instant::now();
+        while !ok(self) {
+            assert!(
+                start.elapsed() < limit,
+                "{what}: not within {limit:?}\n{:#}",
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    }
+
+    fn manager(&self) -> (String, u64) {
+        let g = &self.status()["groups"][0];
+        (
+            g["manager"].as_str().unwrap_or("").to_string(),
+            g["epoch"].as_u64().unwrap_or(0),
+        )
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for i in 0..5 {
+            if let Some(c) = &self.hosts[i] {
+                // SAFETY: kill sends a signal to a process id; it touches
+                // no memory. A frozen host is thawed so that it can die.
+                unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+            }
+            self.kill(i);
+        }
+    }
+}
+
+fn log(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("state/decisions.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_killed_host_is_reset_and_killed_again_excluded_and_the_central_manager_keeps_that() {
+    let mut s = Site::new(7900, None);
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    s.kill(4);
+    let took = s.until(Duration::from_secs(5), "h4 reset", |s| {
+        s.lines("resets") == ["h4"]
+    });
+    eprintln!("a killed host reset after {took:?}");
+    assert_eq!(s.state_of("h4"), "resetting");
+    // The reset "worked": it comes back.
+    s.start(4);
+    s.until(Duration::from_secs(5), "h4 back", |s| {
+        s.state_of("h4") == "healthy"
+    });
+    s.kill(4);
+    s.until(Duration::from_secs(5), "h4 excluded", |s| {
+        s.state_of("h4") == "excluded"
+    });
+    let excluded = s.lines("excluded");
+    assert_eq!(excluded.len(), 1, "{excluded:?}");
+    assert!(excluded[0].starts_with("h4 failed again"), "{excluded:?}");
+    assert_eq!(s.lines("resets"), ["h4"], "no second reset");
+    // The central manager restarted keeps it all.
+    s.kill(0);
+    s.start(0);
+    s.until(Duration::from_secs(10), "central back", |s| {
+        s.manage(&["status", "--json"]).status.success()
+    });
+    let st = s.status();
+    assert_eq!(st["hosts"]["h4"]["state"], "excluded", "{st:#}");
+    assert_eq!(
+        st["hosts"]["h4"]["actions"].as_array().unwrap().len(),
+        2,
+        "{st:#}"
+    );
+    for h in ["h1", "h2", "h3"] {
+        assert_eq!(st["hosts"][h]["state"], "healthy", "{st:#}");
+    }
+    // An operator includes it again, once it answers; the log has every
+    // decision.
+    s.start(4);
+    std::thread::sleep(Duration::from_secs(1));
+    let out = s.manage(&["include", "h4", "--reason", "memory replaced"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(s.state_of("h4"), "healthy");
+    let decided: Vec<(String, String)> = log(s.dir.path())
+        .iter()
+        .filter(|d| !d["action"].is_null())
+        .map(|d| {
+            (
+                d["host"].as_str().unwrap().into(),
+                d["action"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = [("h4", "reset"), ("h4", "exclude"), ("h4", "include")];
+    assert_eq!(decided, want.map(|(h, a)| (h.to_string(), a.to_string())));
+    let table = s.manage(&["status"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("h4") && text.contains("reset,exclude,include"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_fallback_takes_over_a_killed_manager_and_a_frozen_one_never_acts_again() {
+    let mut s = Site::new(7950, None);
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    s.kill(1);
+    let took = s.until(Duration::from_secs(5), "h2 takes over", |s| {
+        s.manager().0 == "h2"
+    });
+    eprintln!("takeover after the manager was killed: {took:?}");
+    // The new manager finds the old one failed and has it reset.
+    s.until(Duration::from_secs(5), "h1 reset", |s| {
+        s.lines("resets") == ["h1"]
+    });
+    // It comes back as the fallback.
+    s.start(1);
+    s.until(Duration::from_secs(5), "h1 back", |s| {
+        s.state_of("h1") == "healthy"
+    });
+    let (who, epoch) = s.manager();
+    assert_eq!(who, "h2");
+    // The manager frozen: the fallback takes over; thawed, the old one
+    // acts no more (its epoch is old) and nothing is done twice.
+    s.signal(2, libc::SIGSTOP);
+    s.until(Duration::from_secs(5), "h1 takes over", |s| {
+        s.manager().0 == "h1"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    s.signal(2, libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    let (who, now) = s.manager();
+    assert_eq!(who, "h1");
+    assert!(now > epoch, "{now} > {epoch}");
+    // h2 was frozen for 2 s: failed and reset once, by h1's reports only.
+    let resets = s.lines("resets");
+    assert_eq!(
+        resets.iter().filter(|r| *r == "h2").count(),
+        1,
+        "{resets:?}"
+    );
+    assert_eq!(s.state_of("h2"), "healthy");
+}
+
+#[test]
+fn a_health_check_that_crashes_is_unknown_and_leads_to_nothing() {
+    let s = Site::new(8000, Some("exit 3"));
+    s.until(Duration::from_secs(10), "health reported", |s| {
+        s.status()["hosts"]["h3"]["health"]
+            .as_str()
+            .is_some_and(|h| h.contains("the health check itself failed"))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let st = s.status();
+    for h in ["h1", "h2", "h3", "h4"] {
+        assert_eq!(st["hosts"][h]["state"], "healthy", "{st:#}");
+    }
+    assert!(s.lines("resets").is_empty());
+}

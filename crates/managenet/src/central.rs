@@ -1,0 +1,387 @@
+//! The central manager: takes the reports of each group's manager of the
+//! newest epoch (and refuses older ones), decides by the policy, runs the
+//! configured commands, writes every decision to a log (JSON lines) and
+//! the whole state to a file (atomically) that a restart reads back, and
+//! answers operators' orders and status requests.
+//!
+//! ```text
+//!  Report ─► EpochGate ─refused─► Refused (to the sender)
+//!               └─accepted─► Policy ─► Decision ─► decisions.jsonl, state.json, command
+//!  Order  ─► Policy ─► Reply        Status ─► Reply (the state in JSON)
+//! ```
+
+use macrolink_manage::lease::{EpochGate, Verdict};
+use macrolink_manage::policy::{
+    Action, Decision, HostState, Observed, Order, Policy, PolicyConfig, PolicyState,
+};
+use macrolink_manage::Nanos;
+use macrolink_wire::manage::{Body, OrderKind, Seen, MAX_REPLY};
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::local::{send, Send};
+
+/// Commands the central manager runs; `{host}` and `{reason}` are put in
+/// (quoted for the shell), and `MACROLINK_HOST` / `MACROLINK_REASON` set.
+#[derive(Clone, Debug, Default)]
+pub struct Commands {
+    /// Resets a host.
+    pub reset: Option<String>,
+    /// Runs when a host is excluded.
+    pub exclude: Option<String>,
+    /// Runs when a host is included again.
+    pub include: Option<String>,
+}
+
+/// Decisions kept in memory for the status view.
+const RECENT: usize = 64;
+/// Order nonces remembered, against replays.
+const NONCES: usize = 1024;
+/// Commands running at once, at most.
+const MAX_CHILDREN: usize = 64;
+
+/// One group as the central manager sees it.
+#[derive(Debug)]
+struct Group {
+    name: String,
+    gate: EpochGate,
+    /// Newest report taken: (epoch, number).
+    last: (u64, u64),
+}
+
+/// The central manager.
+#[derive(Debug)]
+pub struct Central {
+    me: u32,
+    groups: Vec<Group>,
+    names: HashMap<u32, String>,
+    nodes: HashMap<String, u32>,
+    policy: Policy,
+    commands: Commands,
+    log: std::fs::File,
+    state_path: PathBuf,
+    recent: VecDeque<Decision>,
+    nonces: VecDeque<u64>,
+    children: Vec<(String, Child)>,
+}
+
+/// The central manager's state as `manage status` shows it.
+#[derive(Debug, Serialize)]
+pub struct Status<'a> {
+    /// Groups: name, the node that holds the lease, its epoch.
+    pub groups: Vec<GroupStatus>,
+    /// Hosts, by name.
+    pub hosts: &'a std::collections::BTreeMap<String, macrolink_manage::policy::HostRecord>,
+    /// The latest decisions, oldest first.
+    pub decisions: Vec<&'a Decision>,
+}
+
+/// One group in the status.
+#[derive(Debug, Serialize)]
+pub struct GroupStatus {
+    /// Name.
+    pub name: String,
+    /// The host managing it, as the central manager last heard.
+    pub manager: Option<String>,
+    /// Its epoch.
+    pub epoch: Option<u64>,
+}
+
+impl Central {
+    /// A central manager on node `me` for `groups` (name, hosts as (node,
+    /// name)), keeping its log and state in `dir` (the state read back if
+    /// there is one).
+    pub fn new(
+        me: u32,
+        groups: Vec<(String, Vec<(u32, String)>)>,
+        cfg: PolicyConfig,
+        commands: Commands,
+        dir: &Path,
+        now: Nanos,
+    ) -> std::io::Result<Central> {
+        std::fs::create_dir_all(dir)?;
+        let state_path = dir.join("state.json");
+        let state: Option<PolicyState> = match std::fs::read(&state_path) {
+            Ok(b) => Some(
+                serde_json::from_slice(&b)
+                    .map_err(|e| std::io::Error::other(format!("{}: {e}", state_path.display())))?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if state.is_some() {
+            tracing::info!(
+                "central manager: state read back from {}",
+                state_path.display()
+            );
+        }
+        let by_name: Vec<(String, Vec<String>)> = groups
+            .iter()
+            .map(|(g, hs)| (g.clone(), hs.iter().map(|h| h.1.clone()).collect()))
+            .collect();
+        let names: HashMap<u32, String> = groups.iter().flat_map(|g| g.1.iter().cloned()).collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("decisions.jsonl"))?;
+        Ok(Central {
+            me,
+            groups: groups
+                .iter()
+                .map(|(name, _)| Group {
+                    name: name.clone(),
+                    gate: EpochGate::default(),
+                    last: (0, 0),
+                })
+                .collect(),
+            nodes: names.iter().map(|(n, s)| (s.clone(), *n)).collect(),
+            names,
+            policy: Policy::new(cfg, &by_name, state, now),
+            commands,
+            log,
+            state_path,
+            recent: VecDeque::new(),
+            nonces: VecDeque::new(),
+            children: Vec::new(),
+        })
+    }
+
+    /// A report from node `from`; what to answer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_report(
+        &mut self,
+        from: u32,
+        group: u16,
+        epoch: u64,
+        n: u64,
+        host: u32,
+        seen: Seen,
+        text: &str,
+        now: Nanos,
+    ) -> Vec<Send> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get_mut(group as usize) else {
+            return out;
+        };
+        match g.gate.check(epoch, from) {
+            Verdict::Refused { epoch } => {
+                send(self.me, from, Body::Refused { group, epoch }, &mut out);
+                return out;
+            }
+            Verdict::Accepted => {}
+        }
+        if (epoch, n) <= g.last {
+            return out;
+        }
+        g.last = (epoch, n);
+        let Some(name) = self.names.get(&host).cloned() else {
+            return out;
+        };
+        let observed = match seen {
+            Seen::Alive => Observed::Alive,
+            Seen::Suspect => Observed::Suspect,
+            Seen::Failed => Observed::Failed,
+            Seen::Unhealthy => Observed::Unhealthy(text.to_string()),
+            Seen::Unknown => Observed::Unknown(text.to_string()),
+        };
+        let d = self.policy.observe(&name, observed, now);
+        self.record(d);
+        out
+    }
+
+    /// An operator's order; the reply's (ok, text).
+    pub fn on_order(
+        &mut self,
+        nonce: u64,
+        host: u32,
+        order: OrderKind,
+        why: &str,
+        now: Nanos,
+    ) -> (bool, String) {
+        if self.nonces.contains(&nonce) {
+            return (false, "this order was already given (a replay?)".into());
+        }
+        if self.nonces.len() == NONCES {
+            self.nonces.pop_front();
+        }
+        self.nonces.push_back(nonce);
+        let Some(name) = self.names.get(&host).cloned() else {
+            return (false, format!("node {host} is in no macro-cluster"));
+        };
+        let order = match order {
+            OrderKind::Reset => Order::Reset,
+            OrderKind::Exclude => Order::Exclude,
+            OrderKind::Include => Order::Include,
+        };
+        let d = self.policy.order(&name, order, why, now);
+        let said = d
+            .last()
+            .map(|d| format!("{}: {:?}, {}", d.host, d.state, d.reason))
+            .unwrap_or_default();
+        self.record(d);
+        (true, said)
+    }
+
+    /// Node id of host `name`.
+    pub fn node_of(&self, name: &str) -> Option<u32> {
+        self.nodes.get(name).copied()
+    }
+
+    /// The state in JSON, for a status request (cut to the latest
+    /// decisions that fit one datagram).
+    pub fn status_json(&self) -> String {
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| GroupStatus {
+                name: g.name.clone(),
+                manager: g
+                    .gate
+                    .holder()
+                    .and_then(|(_, n)| self.names.get(&n).cloned()),
+                epoch: g.gate.holder().map(|(e, _)| e),
+            })
+            .collect::<Vec<_>>();
+        let mut keep = self.recent.len();
+        loop {
+            let s = Status {
+                groups: groups
+                    .iter()
+                    .map(|g| GroupStatus {
+                        name: g.name.clone(),
+                        manager: g.manager.clone(),
+                        epoch: g.epoch,
+                    })
+                    .collect(),
+                hosts: &self.policy.state().hosts,
+                decisions: self.recent.iter().skip(self.recent.len() - keep).collect(),
+            };
+            let text = serde_json::to_string(&s).unwrap_or_default();
+            if text.len() <= MAX_REPLY || keep == 0 {
+                return text;
+            }
+            keep /= 2;
+        }
+    }
+
+    /// Decisions due by `now` (returns that did not come, waits that
+    /// ended), and commands that finished.
+    pub fn poll(&mut self, now: Nanos) {
+        let d = self.policy.tick(now);
+        self.record(d);
+        self.children.retain_mut(|(what, c)| match c.try_wait() {
+            Ok(Some(st)) if !st.success() => {
+                tracing::warn!("{what}: {st}");
+                false
+            }
+            Ok(Some(_)) => false,
+            Ok(None) => true,
+            Err(_) => false,
+        });
+    }
+
+    /// Logs, keeps, acts on and saves decisions.
+    fn record(&mut self, decisions: Vec<Decision>) {
+        if decisions.is_empty() {
+            return;
+        }
+        for d in decisions {
+            tracing::info!(
+                "{}: {:?} ({}){}",
+                d.host,
+                d.state,
+                d.reason,
+                match d.action {
+                    Some(a) => format!(": {a:?}"),
+                    None => String::new(),
+                }
+            );
+            if let Ok(line) = serde_json::to_string(&d) {
+                let _ = writeln!(self.log, "{line}");
+            }
+            if let Some(a) = d.action {
+                self.act(a, &d.host, &d.reason);
+            }
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(d);
+        }
+        if let Err(e) = self.save() {
+            tracing::error!(
+                "central manager: writing {}: {e}",
+                self.state_path.display()
+            );
+        }
+    }
+
+    /// Writes the state file: a new file renamed over the old one.
+    fn save(&self) -> std::io::Result<()> {
+        let dir = self.state_path.parent().unwrap_or(Path::new("."));
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        serde_json::to_writer_pretty(&mut tmp, self.policy.state())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&self.state_path).map_err(|e| e.error)?;
+        Ok(())
+    }
+
+    fn act(&mut self, a: Action, host: &str, reason: &str) {
+        let template = match a {
+            Action::Reset => &self.commands.reset,
+            Action::Exclude => &self.commands.exclude,
+            Action::Include => &self.commands.include,
+        };
+        let Some(t) = template else {
+            tracing::warn!("{host}: {a:?} decided, but no command is set for it");
+            return;
+        };
+        if self.children.len() >= MAX_CHILDREN {
+            tracing::error!("{host}: {a:?} not run: {MAX_CHILDREN} commands still running");
+            return;
+        }
+        let cmd = t
+            .replace("{host}", &quote(host))
+            .replace("{reason}", &quote(reason));
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .env("MACROLINK_HOST", host)
+            .env("MACROLINK_REASON", reason)
+            .stdin(Stdio::null())
+            .spawn();
+        match child {
+            Ok(c) => self.children.push((format!("{host}: {a:?}: {cmd}"), c)),
+            Err(e) => tracing::error!("{host}: {a:?}: {cmd}: {e}"),
+        }
+    }
+
+    /// Whether host `name` is excluded now.
+    pub fn excluded(&self, name: &str) -> bool {
+        self.policy
+            .host(name)
+            .is_some_and(|r| r.state == HostState::Excluded)
+    }
+}
+
+/// `s` quoted for `sh`.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_reach_the_shell_as_they_are() {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", quote("it's $HOME `x` \"y\"")))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "it's $HOME `x` \"y\"");
+    }
+}

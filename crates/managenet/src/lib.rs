@@ -1,0 +1,524 @@
+//! Macro-cluster management as processes. Every managed host runs one
+//! station on its `manage` address (one UDP socket): its agent, which
+//! answers probes (with its health check's last word) and probes on a
+//! manager's behalf; the local manager or fallback of each group it holds
+//! that role in; and the central manager if it is that host. Every
+//! datagram is sealed with a key derived from the cluster's secret, so
+//! only hosts that hold it take part.
+//!
+//! ```text
+//!  manager ── Ping ──► agent ── Ack (health) ──► manager ── Report(epoch) ──► central
+//!     │ PingReq ─► helper agent ── Ping ──► agent ─ Ack ─► helper ─ Ack ─► manager
+//!     └── Beat(epoch) ──► fallback            central ── Refused(epoch) ──► old manager
+//!  operator ── Order / Status ──► central ── Reply ──► operator
+//! ```
+//!
+//! One thread runs a station: it waits for a datagram or the next
+//! deadline of its state machines, whichever comes first.
+#![forbid(unsafe_code)]
+
+pub mod central;
+pub mod health;
+pub mod local;
+pub mod status;
+
+use macrolink_cluster::Cluster;
+use macrolink_fabric::seal::{Seal, TAG_LEN};
+use macrolink_manage::detect::DetectConfig;
+use macrolink_manage::lease::LeaseConfig;
+use macrolink_manage::policy::PolicyConfig;
+use macrolink_manage::{Nanos, MS, SEC};
+use macrolink_wire::manage::{Body, Message, OrderKind};
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use central::{Central, Commands};
+use health::Checker;
+use local::{send, Local, Send};
+
+/// What the cluster key is turned into for management datagrams.
+pub const SEAL_CONTEXT: &str = "macrolink manage 2026-11 datagram key";
+
+/// Longest a station sleeps, so that a stop request is seen.
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// Why a station cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StationError {
+    /// The host is not in the file, or has no `manage` address.
+    #[error("{0}")]
+    NotManaged(String),
+    /// The socket or the state directory.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// What the cluster file's `[manage]` table asks for, with defaults.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The failure detector.
+    pub detect: DetectConfig,
+    /// The lease between a group's manager and its fallback.
+    pub lease: LeaseConfig,
+    /// The central manager's policy.
+    pub policy: PolicyConfig,
+    /// The hosts' health check.
+    pub health_command: Option<String>,
+    /// Time between health checks.
+    pub health_every: Duration,
+    /// The central manager's commands.
+    pub commands: Commands,
+}
+
+impl Settings {
+    /// The settings of cluster file `c`.
+    pub fn of(c: &Cluster) -> Settings {
+        let m = &c.manage;
+        let mut detect = DetectConfig::default();
+        if let Some(p) = m.probe_ms {
+            detect.interval = p.max(1) * MS;
+            detect.ack_timeout = detect.interval / 2;
+            detect.indirect_timeout = detect.interval;
+        }
+        if let Some(s) = m.suspicion_ms {
+            detect.suspicion = s * MS;
+        }
+        let mut lease = LeaseConfig::default();
+        if let Some(l) = m.lease_ms {
+            lease.lease = l.max(1) * MS;
+            lease.beat = (lease.lease / 5).max(MS);
+        }
+        let mut policy = PolicyConfig::default();
+        if let Some(s) = m.come_back_s {
+            policy.come_back = s * SEC;
+        }
+        if let Some(s) = m.again_within_s {
+            policy.again_within = s * SEC;
+        }
+        if let Some(s) = m.dark_share {
+            policy.dark_share = s;
+        }
+        Settings {
+            detect,
+            lease,
+            policy,
+            health_command: m.health_command.clone(),
+            health_every: Duration::from_millis(m.health_ms.unwrap_or(5000).max(10)),
+            commands: Commands {
+                reset: m.reset_command.clone(),
+                exclude: m.exclude_command.clone(),
+                include: m.include_command.clone(),
+            },
+        }
+    }
+}
+
+/// The management roles of one host, on its socket.
+#[derive(Debug)]
+pub struct Station {
+    me: u32,
+    sock: UdpSocket,
+    seal: Seal,
+    addrs: HashMap<u32, SocketAddr>,
+    checker: Checker,
+    locals: Vec<Local>,
+    central: Option<Central>,
+    start: Instant,
+}
+
+/// Wall-clock nanoseconds, the central manager's time (its state file
+/// outlives the process).
+fn wall() -> Nanos {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as Nanos)
+}
+
+impl Station {
+    /// Binds host `host`'s station; the central manager keeps its log and
+    /// state in `state_dir`.
+    pub fn bind(
+        c: &Cluster,
+        host: &str,
+        seal: Seal,
+        state_dir: PathBuf,
+    ) -> Result<Station, StationError> {
+        let h = c
+            .host(host)
+            .ok_or_else(|| StationError::NotManaged(format!("no host named {host:?}")))?;
+        let at = h.manage.ok_or_else(|| {
+            StationError::NotManaged(format!("host {host:?} has no `manage` address"))
+        })?;
+        let sock = UdpSocket::bind(at)?;
+        let settings = Settings::of(c);
+        let addrs: HashMap<u32, SocketAddr> = c
+            .hosts
+            .iter()
+            .filter_map(|h| Some((h.node, h.manage?)))
+            .collect();
+        let node = |n: &str| c.host(n).map(|h| h.node);
+        let central = c.manage.central.as_deref().and_then(node);
+        let mut locals = Vec::new();
+        for (i, m) in c.macros.iter().enumerate() {
+            let (Some(manager), Some(fallback), Some(central)) =
+                (node(&m.manager), node(&m.fallback), central)
+            else {
+                continue;
+            };
+            let members: Vec<u32> = m.hosts.iter().filter_map(|n| node(n)).collect();
+            let other = match h.node {
+                n if n == manager => fallback,
+                n if n == fallback => manager,
+                _ => continue,
+            };
+            locals.push(Local::new(
+                h.node,
+                i as u16,
+                m.name.clone(),
+                members,
+                other,
+                central,
+                h.node == manager,
+                settings.detect,
+                settings.lease,
+                0,
+            ));
+        }
+        let central = match central {
+            Some(n) if n == h.node => {
+                let groups = c
+                    .macros
+                    .iter()
+                    .map(|m| {
+                        let hosts = m
+                            .hosts
+                            .iter()
+                            .filter_map(|n| Some((node(n)?, n.clone())))
+                            .collect();
+                        (m.name.clone(), hosts)
+                    })
+                    .collect();
+                Some(Central::new(
+                    h.node,
+                    groups,
+                    settings.policy,
+                    settings.commands.clone(),
+                    &state_dir,
+                    wall(),
+                )?)
+            }
+            _ => None,
+        };
+        let roles: Vec<String> = locals
+            .iter()
+            .map(|l| format!("manager or fallback of group {}", l.group))
+            .chain(central.as_ref().map(|_| "central manager".to_string()))
+            .collect();
+        tracing::info!(
+            "{host}: management agent at {at}; {}",
+            if roles.is_empty() {
+                "no manager role".into()
+            } else {
+                roles.join(", ")
+            }
+        );
+        Ok(Station {
+            me: h.node,
+            sock,
+            seal,
+            addrs,
+            checker: Checker::new(
+                settings.health_command,
+                settings.health_every,
+                (settings.health_every * 2).max(Duration::from_secs(1)),
+            ),
+            locals,
+            central,
+            start: Instant::now(),
+        })
+    }
+
+    /// The address the station listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    fn clock(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    /// Runs until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
+        let mut buf = vec![0u8; 65_536];
+        while !stop.load(Ordering::Relaxed) {
+            let now = self.clock();
+            self.checker.poll();
+            let mut out = Vec::new();
+            for l in &mut self.locals {
+                out.extend(l.poll(now));
+            }
+            if let Some(c) = &mut self.central {
+                c.poll(wall());
+            }
+            self.flush(out);
+            let next = self
+                .locals
+                .iter()
+                .map(Local::next_deadline)
+                .min()
+                .map_or(MAX_SLEEP, |t| {
+                    Duration::from_nanos(t.saturating_sub(self.clock()))
+                })
+                .clamp(Duration::from_millis(1), MAX_SLEEP);
+            self.sock.set_read_timeout(Some(next))?;
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, src)) => self.on_datagram(&buf[..n], src),
+                // A timeout; a signal (a stop and continue among them); an
+                // ICMP refusal of something sent earlier.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                            | io::ErrorKind::ConnectionRefused
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self, out: Vec<Send>) {
+        for (to, msg) in out {
+            if let Some(&addr) = self.addrs.get(&to) {
+                self.send_to(msg, addr);
+            }
+        }
+    }
+
+    fn send_to(&self, mut msg: Vec<u8>, addr: SocketAddr) {
+        let n = msg.len();
+        msg.resize(n + TAG_LEN, 0);
+        let n = self.seal.close(&mut msg, n);
+        if let Err(e) = self.sock.send_to(&msg[..n], addr) {
+            tracing::debug!("to {addr}: {e}");
+        }
+    }
+
+    fn reply(&self, body: Body<'_>, to: SocketAddr) {
+        let mut out = Vec::new();
+        send(self.me, 0, body, &mut out);
+        for (_, m) in out {
+            self.send_to(m, to);
+        }
+    }
+
+    fn on_datagram(&mut self, d: &[u8], src: SocketAddr) {
+        let Some(packet) = self.seal.open(d) else {
+            tracing::debug!("{src}: a datagram without the cluster's seal; dropped");
+            return;
+        };
+        let Ok(m) = Message::decode(packet) else {
+            tracing::debug!("{src}: not a management message; dropped");
+            return;
+        };
+        let now = self.clock();
+        let me = self.me;
+        match m.body {
+            Body::Ping { seq, origin } => {
+                let (health, text) = self.checker.last();
+                let ack = Body::Ack {
+                    seq,
+                    member: me,
+                    origin,
+                    health,
+                    text,
+                };
+                self.reply(ack, src);
+            }
+            Body::PingReq { seq, member } => {
+                let mut out = Vec::new();
+                send(
+                    me,
+                    member,
+                    Body::Ping {
+                        seq,
+                        origin: m.from,
+                    },
+                    &mut out,
+                );
+                self.flush(out);
+            }
+            Body::Ack {
+                seq,
+                member,
+                origin,
+                health,
+                text,
+            } => {
+                if origin == me {
+                    let mut out = Vec::new();
+                    for l in &mut self.locals {
+                        out.extend(l.on_ack(member, seq, health, text));
+                    }
+                    self.flush(out);
+                } else if self.addrs.get(&member) == Some(&src) {
+                    // A helper passes the answer on to the manager that
+                    // asked; only an answer from the member itself.
+                    if let Some(&to) = self.addrs.get(&origin) {
+                        self.send_to(packet.to_vec(), to);
+                    }
+                }
+            }
+            Body::Beat { group, epoch, n } => {
+                if let Some(l) = self.locals.iter_mut().find(|l| l.group == group) {
+                    l.on_beat(epoch, n, now);
+                }
+            }
+            Body::Refused { group, epoch } => {
+                if let Some(l) = self.locals.iter_mut().find(|l| l.group == group) {
+                    l.on_refused(epoch, now);
+                }
+            }
+            Body::Report {
+                group,
+                epoch,
+                n,
+                host,
+                seen,
+                text,
+            } => {
+                if let Some(c) = &mut self.central {
+                    let out = c.on_report(m.from, group, epoch, n, host, seen, text, wall());
+                    self.flush(out);
+                }
+            }
+            Body::Order {
+                nonce,
+                host,
+                order,
+                text,
+            } => {
+                let (ok, said) = match &mut self.central {
+                    Some(c) => c.on_order(nonce, host, order, text, wall()),
+                    None => (false, "this host is not the central manager".into()),
+                };
+                self.reply(
+                    Body::Reply {
+                        nonce,
+                        ok,
+                        text: &said,
+                    },
+                    src,
+                );
+            }
+            Body::Status { nonce } => {
+                let (ok, text) = match &self.central {
+                    Some(c) => (true, c.status_json()),
+                    None => (false, "this host is not the central manager".into()),
+                };
+                self.reply(
+                    Body::Reply {
+                        nonce,
+                        ok,
+                        text: &text,
+                    },
+                    src,
+                );
+            }
+            Body::Reply { .. } => {}
+        }
+    }
+}
+
+/// Asks the central manager of `c` for something (a status, an order);
+/// its reply's (ok, text). Waits at most `wait`, asking again now and
+/// then (datagrams get lost).
+pub fn ask<'a>(
+    c: &Cluster,
+    seal: &Seal,
+    body: impl Fn(u64) -> Body<'a>,
+    wait: Duration,
+) -> io::Result<(bool, String)> {
+    let central = c
+        .manage
+        .central
+        .as_deref()
+        .and_then(|n| c.host(n))
+        .and_then(|h| h.manage)
+        .ok_or_else(|| {
+            io::Error::other("the cluster file names no central manager with a `manage` address")
+        })?;
+    let bind: SocketAddr = if central.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(io::Error::other)?;
+    let sock = UdpSocket::bind(bind)?;
+    let nonce: u64 = rand::random();
+    let mut msg = Message {
+        from: 0,
+        body: body(nonce),
+    }
+    .encode()
+    .ok_or_else(|| io::Error::other("the request is over a limit"))?;
+    let n = msg.len();
+    msg.resize(n + TAG_LEN, 0);
+    let n = seal.close(&mut msg, n);
+    let until = Instant::now() + wait;
+    let mut buf = vec![0u8; 65_536];
+    while Instant::now() < until {
+        sock.send_to(&msg[..n], central)?;
+        sock.set_read_timeout(Some(Duration::from_millis(300)))?;
+        let again = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < again {
+            let Ok((len, _)) = sock.recv_from(&mut buf) else {
+                break;
+            };
+            let Some(p) = seal.open(&buf[..len]) else {
+                continue;
+            };
+            if let Ok(Message {
+                body:
+                    Body::Reply {
+                        nonce: got,
+                        ok,
+                        text,
+                    },
+                ..
+            }) = Message::decode(p)
+            {
+                if got == nonce {
+                    return Ok((ok, text.to_string()));
+                }
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no answer from the central manager at {central} within {wait:?}"),
+    ))
+}
+
+/// The order kinds by name, for the command line.
+pub fn order_kind(name: &str) -> Option<OrderKind> {
+    match name {
+        "reset" => Some(OrderKind::Reset),
+        "exclude" => Some(OrderKind::Exclude),
+        "include" => Some(OrderKind::Include),
+        _ => None,
+    }
+}
+
+/// Whether host `h` of `c` takes part in management.
+pub fn is_managed(c: &Cluster, h: &str) -> bool {
+    c.host(h).is_some_and(|h| h.manage.is_some())
+}
