@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::args::ChildArgs;
 use crate::files::SecretArgs;
 
 #[derive(Debug, ClapArgs)]
@@ -35,10 +36,14 @@ enum Command {
         #[arg(long)]
         host: Option<String>,
         /// Where the central manager keeps its decision log and state.
-        #[arg(long, default_value = "/var/lib/macrolink/manage")]
-        state_dir: PathBuf,
+        /// (default: /var/lib/macrolink/manage for root, else
+        /// ~/.local/state/macrolink/manage)
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
         #[command(flatten)]
         secret: SecretArgs,
+        #[command(flatten)]
+        child: ChildArgs,
     },
     /// The central manager's view: groups and who manages each; hosts with
     /// their state, since when, health and actions.
@@ -100,10 +105,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             host,
             state_dir,
             secret,
+            child,
         } => {
+            child.apply();
             let (c, seal) = open(&cluster, &secret)?;
             let name = c.me(host.as_deref())?.name.clone();
-            let mut station = Station::bind(&c, &name, seal, state_dir)?;
+            let dir = state_dir.unwrap_or_else(macrolink_managenet::default_state_dir);
+            let mut station = Station::bind(&c, &name, seal, dir)?;
             let stop = Arc::new(AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;
@@ -160,4 +168,45 @@ fn order(o: OrderArgs, kind: &str) -> anyhow::Result<()> {
     anyhow::ensure!(ok, "{text}");
     println!("{text}");
     Ok(())
+}
+
+/// The seal of management datagrams, from the secret this process has
+/// (the environment's, else the cluster file's).
+fn seal() -> anyhow::Result<Seal> {
+    let key = macrolink_files::setup::load_secret(None)?.fabric_key();
+    Ok(Seal::new(key.derive(SEAL_CONTEXT)))
+}
+
+/// Runs host `host`'s management roles of `c` on a thread of this process
+/// (`macrolink node` for a host with a `manage` address), for as long as
+/// the process lives.
+pub fn spawn(c: &Cluster, host: &str, state_dir: PathBuf) -> anyhow::Result<()> {
+    let mut station = Station::bind(c, host, seal()?, state_dir)?;
+    std::thread::Builder::new()
+        .name("ml-manage".into())
+        .spawn(move || {
+            if let Err(e) = station.run(&AtomicBool::new(false)) {
+                tracing::error!("management stopped: {e}");
+            }
+        })?;
+    Ok(())
+}
+
+/// The central manager's view of `c` as a table, once it has heard from
+/// the manager of every group (waiting up to `wait`).
+pub fn status_table(c: &Cluster, wait: Duration) -> anyhow::Result<String> {
+    let seal = seal()?;
+    let until = std::time::Instant::now() + wait;
+    loop {
+        let (ok, text) = ask(c, &seal, |nonce| Body::Status { nonce }, wait)?;
+        anyhow::ensure!(ok, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        let heard = v["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().all(|g| !g["manager"].is_null()));
+        if heard || std::time::Instant::now() > until {
+            return Ok(macrolink_managenet::status::table(&text)?);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -41,6 +41,12 @@ pub struct NodeArgs {
     /// rank: srun, mpirun).
     #[arg(long)]
     until_done: bool,
+    /// Where the central manager keeps its decision log and state, when
+    /// this host is the central manager of the file's macro-clusters.
+    /// (default: /var/lib/macrolink/manage for root, else
+    /// ~/.local/state/macrolink/manage)
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 fn load(path: &Path) -> anyhow::Result<Cluster> {
@@ -104,15 +110,24 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     crate::roles::exit_on_signals(move || {
         let _ = std::fs::remove_dir_all(&scratch);
     })?;
+    // The file every host process reads: the one given, or the embedded
+    // default's text.
+    let file = match &a.cluster {
+        Some(p) => p.clone(),
+        None => {
+            let p = dir.path().join("cluster.toml");
+            std::fs::write(&p, macrolink_cluster::DEFAULT)?;
+            p
+        }
+    };
     let mut hosts = Vec::new();
     for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
         let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
         let p = match h.files {
             None if h.role == Role::Relay => {
-                let path = a.cluster.as_ref().context("relays need a cluster file")?;
                 let mut cmd = std::process::Command::new(&exe);
                 cmd.arg("relay")
-                    .arg(path)
+                    .arg(&file)
                     .args(["--host", &h.name, "--exit-with-parent"]);
                 let p = Peer::spawn_cmd(cmd).with_context(|| format!("starting {}", h.name))?;
                 eprintln!("{} (relay) up: far hosts dialled from {at}", h.name);
@@ -147,10 +162,17 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         };
         hosts.push(p);
     }
+    let stations = start_management(&exe, &cluster, &file, dir.path())?;
     println!("{}", macrolink_gwnet::check::HEADER);
     let mut ok = true;
     for h in cluster.with_role(Role::Compute) {
         ok &= check(&cluster, h, dir.path(), a.mib, true)?;
+    }
+    if !stations.is_empty() {
+        match crate::manage::status_table(&cluster, std::time::Duration::from_secs(5)) {
+            Ok(t) => eprintln!("\nmacro-cluster management (macrolink manage status):\n{t}"),
+            Err(e) => eprintln!("macro-cluster management: no status: {e:#}"),
+        }
     }
     if a.stay {
         eprintln!("hosts running; interrupt to stop");
@@ -160,8 +182,44 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }
     drop(hosts);
+    for mut s in stations {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
     anyhow::ensure!(ok, "some checks failed");
     Ok(())
+}
+
+/// Starts the management station of every host of `c` with a `manage`
+/// address, when `c` has macro-clusters: each host's agent, its group's
+/// manager and fallback, the central manager (state under `dir`).
+fn start_management(
+    exe: &Path,
+    c: &Cluster,
+    file: &Path,
+    dir: &Path,
+) -> anyhow::Result<Vec<std::process::Child>> {
+    if c.macros.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for h in c.hosts.iter().filter(|h| h.manage.is_some()) {
+        let child = std::process::Command::new(exe)
+            .args(["manage", "run", "--exit-with-parent", "--host", &h.name])
+            .arg(file)
+            .arg("--state-dir")
+            .arg(dir.join("manage"))
+            .spawn()
+            .with_context(|| format!("starting the management of {}", h.name))?;
+        out.push(child);
+    }
+    eprintln!(
+        "management up: {} agents, {} macro-cluster(s), central manager on {}",
+        out.len(),
+        c.macros.len(),
+        c.manage.central.as_deref().unwrap_or("?")
+    );
+    Ok(out)
 }
 
 /// Runs storage host `h` with its file service: the service's fabric node
@@ -224,6 +282,11 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     if h.role != Role::Relay {
         // A relay reports what it carried on a signal, and ends by itself.
         crate::roles::exit_on_signals(|| {})?;
+    }
+    if h.manage.is_some() && !cluster.macros.is_empty() {
+        let dir = a.state_dir.clone();
+        let dir = dir.unwrap_or_else(macrolink_managenet::default_state_dir);
+        crate::manage::spawn(&cluster, &h.name, dir)?;
     }
     match h.role {
         Role::Compute => {

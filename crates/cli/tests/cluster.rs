@@ -38,6 +38,19 @@ fn up_starts_the_embedded_cluster_and_checks_its_path() {
         rows[1].ends_with("(cp up)") && rows[2].ends_with("(cp down)"),
         "{text}"
     );
+    // The embedded default's macro-cluster, managed by gw0.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let managed = err
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["m0", "gw0", "1"]);
+    assert!(managed, "{err}");
+    for h in ["compute0", "gw0", "gw1", "store0"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(h) && l.contains(" healthy ")),
+            "{h}: {err}"
+        );
+    }
 }
 
 #[test]

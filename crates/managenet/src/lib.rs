@@ -518,6 +518,20 @@ pub fn order_kind(name: &str) -> Option<OrderKind> {
     }
 }
 
+/// Where the central manager keeps its decision log and state unless told:
+/// `/var/lib/macrolink/manage` for root, else under `$XDG_STATE_HOME` (or
+/// `~/.local/state`).
+pub fn default_state_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from("/var/lib/macrolink/manage");
+    }
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("macrolink/manage")
+}
+
 /// Whether host `h` of `c` takes part in management.
 pub fn is_managed(c: &Cluster, h: &str) -> bool {
     c.host(h).is_some_and(|h| h.manage.is_some())
