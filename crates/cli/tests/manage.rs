@@ -15,38 +15,46 @@ const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 struct Site {
     dir: tempfile::TempDir,
     file: PathBuf,
+    names: Vec<String>,
     hosts: Vec<Option<Child>>,
 }
 
 impl Site {
+    /// h0 the central manager, h1..h4 a group managed by h1 with h2 as
+    /// its fallback; resets and exclusions written to files; `health` the
+    /// health check.
     fn new(base: u16, health: Option<&str>) -> Site {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("secret"), "a manager's secret, long enough").unwrap();
-        let mut t = String::from("secret_file = \"secret\"\n");
-        for i in 0..5u16 {
-            t += &format!(
-                "[[host]]\nname = \"h{i}\"\nrole = \"compute\"\nnode = {}\nfabric = \"127.0.0.1:{}\"\nmanage = \"127.0.0.1:{}\"\n",
-                i + 1,
-                base + i,
-                base + 10 + i
+        Site::with(base, ["h0", "h1", "h2", "h3", "h4"], |d| {
+            let mut manage = format!(
+                "come_back_s = 30\nhealth_ms = 100\n\
+                 reset_command = \"echo {{host}} >> {d}/resets\"\n\
+                 exclude_command = \"echo {{host}} {{reason}} >> {d}/excluded\"\n"
             );
-        }
-        let d = dir.path().display();
-        t += &format!(
-            "[[macro]]\nname = \"m0\"\nhosts = [\"h1\", \"h2\", \"h3\", \"h4\"]\nmanager = \"h1\"\nfallback = \"h2\"\n\
-             [manage]\ncentral = \"h0\"\nprobe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\n\
-             come_back_s = 30\nagain_within_s = 60\nhealth_ms = 100\n\
-             reset_command = \"echo {{host}} >> {d}/resets\"\n\
-             exclude_command = \"echo {{host}} {{reason}} >> {d}/excluded\"\n"
-        );
-        if let Some(h) = health {
-            t += &format!("health_command = \"{h}\"\n");
-        }
-        let file = dir.path().join("cluster.toml");
-        std::fs::write(&file, t).unwrap();
+            if let Some(h) = health {
+                manage += &format!("health_command = \"{h}\"\n");
+            }
+            manage
+        })
+    }
+
+    /// Hosts `names` (the first the central manager, the second the
+    /// group's manager, the third its fallback), with `manage(dir)` in the
+    /// `[manage]` table beside fast probes and a short lease.
+    fn with(base: u16, names: [&str; 5], manage: impl Fn(&str) -> String) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let fast = "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\nagain_within_s = 60\n";
+        let more = manage(&dir.path().display().to_string());
+        let file = macrolink_testbed::site::write_managed(
+            dir.path(),
+            base,
+            &names,
+            &(fast.to_string() + &more),
+        )
+        .unwrap();
         let mut s = Site {
             dir,
             file,
+            names: names.iter().map(|n| n.to_string()).collect(),
             hosts: (0..5).map(|_| None).collect(),
         };
         for i in 0..5 {
@@ -59,7 +67,7 @@ impl Site {
         let child = Command::new(EXE)
             .args(["manage", "run"])
             .arg(&self.file)
-            .args(["--host", &format!("h{i}"), "--state-dir"])
+            .args(["--host", &self.names[i], "--state-dir"])
             .arg(self.dir.path().join("state"))
             .env_remove("MACROLINK_SECRET")
             .env_remove("MACROLINK_SECRET_FILE")
@@ -293,4 +301,65 @@ fn a_health_check_that_crashes_is_unknown_and_leads_to_nothing() {
         assert_eq!(st["hosts"][h]["state"], "healthy", "{st:#}");
     }
     assert!(s.lines("resets").is_empty());
+}
+
+#[test]
+fn an_excluded_host_is_drained_in_slurm_and_an_included_one_resumed() {
+    let Some(()) = macrolink_testbed::require::slurm() else {
+        return;
+    };
+    // Hosts named as the Slurm nodes are (n1..n4; n0, the central manager,
+    // is none of them).
+    let mut s = Site::with(8050, ["n0", "n1", "n2", "n3", "n4"], |_| {
+        "reset_command = \"true\"\n\
+         exclude_command = \"scontrol update nodename={host} state=drain reason={reason}\"\n\
+         include_command = \"scontrol update nodename={host} state=resume\"\n"
+            .to_string()
+    });
+    let sinfo = |fmt: &str| {
+        let o = Command::new("sinfo")
+            .args(["-h", "-N", "-n", "n4", "-o", fmt])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // Whatever happens, n4 is back in service for the tests after this.
+    struct Resume;
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("scontrol")
+                .args(["update", "nodename=n4", "state=resume"])
+                .output();
+        }
+    }
+    let _resume = Resume;
+    s.until(Duration::from_secs(10), "n1 manages", |s| {
+        s.manager().0 == "n1"
+    });
+    s.kill(4);
+    s.until(Duration::from_secs(5), "n4 reset", |s| {
+        s.state_of("n4") == "resetting"
+    });
+    s.start(4);
+    s.until(Duration::from_secs(5), "n4 back", |s| {
+        s.state_of("n4") == "healthy"
+    });
+    s.kill(4);
+    s.until(Duration::from_secs(5), "n4 excluded", |s| {
+        s.state_of("n4") == "excluded"
+    });
+    s.until(Duration::from_secs(10), "n4 drained", |_| {
+        sinfo("%E").starts_with("failed again")
+    });
+    eprintln!("sinfo -R: n4 {} ({})", sinfo("%T"), sinfo("%E"));
+    s.start(4);
+    let out = s.manage(&["include", "n4", "--reason", "checked"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.until(Duration::from_secs(10), "n4 resumed", |_| {
+        sinfo("%T") == "idle"
+    });
 }

@@ -355,7 +355,10 @@ impl Policy {
         }
         match r.last_reset {
             Some(t) if now < t + self.cfg.again_within => {
-                let why = format!("failed again {} s after its reset", (now - t) / crate::SEC);
+                let why = format!(
+                    "failed again {:.1} s after its reset",
+                    (now - t) as f64 / crate::SEC as f64
+                );
                 self.exclude(h, why, now, out);
             }
             _ => {
@@ -479,7 +482,7 @@ mod tests {
         let d = p.observe("a-1", Observed::Failed, 90 * SEC);
         assert_eq!(d.last().unwrap().action, Some(Action::Exclude));
         assert!(
-            d.last().unwrap().reason.contains("failed again 89 s"),
+            d.last().unwrap().reason.contains("failed again 89.0 s"),
             "{d:?}"
         );
         // Excluded stays so, whatever its manager says, until included.

@@ -75,3 +75,38 @@ pub fn sockets_left(shm: &Path) -> Vec<PathBuf> {
         })
         .unwrap_or_default()
 }
+
+/// Writes `cluster.toml` and `secret` into `dir` for management: hosts
+/// `names` (the first the central manager, the rest one macro-cluster
+/// managed by the second with the third as fallback), manage ports from
+/// `base + 10`, and `manage` appended to the `[manage]` table; the file's
+/// path.
+pub fn write_managed(
+    dir: &Path,
+    base: u16,
+    names: &[&str],
+    manage: &str,
+) -> std::io::Result<PathBuf> {
+    std::fs::write(dir.join("secret"), "a manager's secret, long enough")?;
+    let mut t = String::from("secret_file = \"secret\"\n");
+    for (i, n) in names.iter().enumerate() {
+        let i = i as u16;
+        t += &format!(
+            "[[host]]\nname = \"{n}\"\nrole = \"compute\"\nnode = {}\nfabric = \"127.0.0.1:{}\"\nmanage = \"127.0.0.1:{}\"\n",
+            i + 1,
+            base + i,
+            base + 10 + i
+        );
+    }
+    let group: Vec<String> = names[1..].iter().map(|n| format!("\"{n}\"")).collect();
+    t += &format!(
+        "[[macro]]\nname = \"m0\"\nhosts = [{}]\nmanager = \"{}\"\nfallback = \"{}\"\n[manage]\ncentral = \"{}\"\n{manage}",
+        group.join(", "),
+        names[1],
+        names[2],
+        names[0]
+    );
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, t)?;
+    Ok(file)
+}
