@@ -40,6 +40,10 @@ enum Command {
         /// ~/.local/state/macrolink/manage)
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// On the central manager: serve Prometheus metrics (/metrics),
+        /// a status page (/) and the state (/status.json) at this address.
+        #[arg(long)]
+        metrics: Option<std::net::SocketAddr>,
         #[command(flatten)]
         secret: SecretArgs,
         #[command(flatten)]
@@ -104,6 +108,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             cluster,
             host,
             state_dir,
+            metrics,
             secret,
             child,
         } => {
@@ -112,6 +117,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let name = c.me(host.as_deref())?.name.clone();
             let dir = state_dir.unwrap_or_else(macrolink_managenet::default_state_dir);
             let mut station = Station::bind(&c, &name, seal, dir)?;
+            if let Some(at) = metrics {
+                let l =
+                    std::net::TcpListener::bind(at).with_context(|| format!("--metrics {at}"))?;
+                eprintln!(
+                    "{name}: metrics at http://{}/metrics, status page at /",
+                    l.local_addr()?
+                );
+                station.serve_web(l)?;
+            }
             let stop = Arc::new(AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;

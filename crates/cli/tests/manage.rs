@@ -17,6 +17,8 @@ struct Site {
     file: PathBuf,
     names: Vec<String>,
     hosts: Vec<Option<Child>>,
+    /// Where the central manager serves its metrics and page, if asked.
+    web: Option<std::net::SocketAddr>,
 }
 
 impl Site {
@@ -56,6 +58,7 @@ impl Site {
             file,
             names: names.iter().map(|n| n.to_string()).collect(),
             hosts: (0..5).map(|_| None).collect(),
+            web: None,
         };
         for i in 0..5 {
             s.start(i);
@@ -64,8 +67,13 @@ impl Site {
     }
 
     fn start(&mut self, i: usize) {
+        let mut web = Vec::new();
+        if let (0, Some(at)) = (i, self.web) {
+            web = vec!["--metrics".to_string(), at.to_string()];
+        }
         let child = Command::new(EXE)
             .args(["manage", "run"])
+            .args(&web)
             .arg(&self.file)
             .args(["--host", &self.names[i], "--state-dir"])
             .arg(self.dir.path().join("state"))
@@ -362,4 +370,83 @@ fn an_excluded_host_is_drained_in_slurm_and_an_included_one_resumed() {
     s.until(Duration::from_secs(10), "n4 resumed", |_| {
         sinfo("%T") == "idle"
     });
+}
+
+/// `GET path` from `at`: the body.
+fn get(at: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(at).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|b| b.1.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn metrics_and_the_status_page_in_a_real_browser_show_a_reset_host() {
+    let Some(()) = macrolink_testbed::require::program("chromium", "MACROLINK_REQUIRE_BROWSER")
+    else {
+        return;
+    };
+    let mut s = Site::new(8100, None);
+    // The central manager again, with its window open.
+    s.web = Some("127.0.0.1:8149".parse().unwrap());
+    s.kill(0);
+    s.start(0);
+    let at = s.web.unwrap();
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    s.kill(4);
+    s.until(Duration::from_secs(5), "h4 reset", |s| {
+        s.state_of("h4") == "resetting"
+    });
+    let m = get(at, "/metrics");
+    for want in [
+        r#"macrolink_manage_host_state{host="h4",group="m0",state="resetting"} 1"#,
+        r#"macrolink_manage_host_state{host="h3",group="m0",state="healthy"} 1"#,
+        r#"macrolink_manage_actions_total{action="reset"} 1"#,
+        r#"macrolink_manage_epoch{group="m0"} 1"#,
+    ] {
+        assert!(m.contains(want), "{want}\n{m}");
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("http://{at}/"))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dom.contains(r#"<tr class="resetting" data-host="h4">"#),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<td>h1</td><td>1</td>"),
+        "the group's manager and epoch: {dom}"
+    );
+    for h in ["h1", "h2", "h3"] {
+        assert!(
+            dom.contains(&format!(r#"<tr class="healthy" data-host="{h}">"#)),
+            "{dom}"
+        );
+    }
 }

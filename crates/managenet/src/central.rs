@@ -66,6 +66,7 @@ pub struct Central {
     recent: VecDeque<Decision>,
     nonces: VecDeque<u64>,
     children: Vec<(String, Child)>,
+    window: Option<std::sync::Arc<crate::web::Window>>,
 }
 
 /// The central manager's state as `manage status` shows it.
@@ -146,6 +147,7 @@ impl Central {
             recent: VecDeque::new(),
             nonces: VecDeque::new(),
             children: Vec::new(),
+            window: None,
         })
     }
 
@@ -223,6 +225,19 @@ impl Central {
             .unwrap_or_default();
         self.record(d);
         (true, said)
+    }
+
+    /// Shows the state (and counts decisions) in `w` from now on.
+    pub fn show_in(&mut self, w: std::sync::Arc<crate::web::Window>) {
+        w.show(self.status_json());
+        self.window = Some(w);
+    }
+
+    /// Brings the window up to date.
+    pub fn refresh(&self) {
+        if let Some(w) = &self.window {
+            w.show(self.status_json());
+        }
     }
 
     /// Node id of host `name`.
@@ -305,6 +320,15 @@ impl Central {
             if let Some(a) = d.action {
                 self.act(a, &d.host, &d.reason);
             }
+            if let Some(w) = &self.window {
+                w.decisions.inc();
+                if let Some(a) = d.action {
+                    let action = format!("{a:?}").to_lowercase();
+                    w.actions
+                        .get_or_create(&crate::web::ActionLabels { action })
+                        .inc();
+                }
+            }
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
             }
@@ -316,6 +340,7 @@ impl Central {
                 self.state_path.display()
             );
         }
+        self.refresh();
     }
 
     /// Writes the state file: a new file renamed over the old one.

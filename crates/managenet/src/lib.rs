@@ -21,6 +21,7 @@ pub mod central;
 pub mod health;
 pub mod local;
 pub mod status;
+pub mod web;
 
 use macrolink_cluster::Cluster;
 use macrolink_fabric::seal::{Seal, TAG_LEN};
@@ -42,6 +43,10 @@ use local::{send, Local, Send};
 
 /// What the cluster key is turned into for management datagrams.
 pub const SEAL_CONTEXT: &str = "macrolink manage 2026-11 datagram key";
+
+/// Time between refreshes of the central manager's window (groups and
+/// epochs change without a decision).
+const SHOW_EVERY: Nanos = 500 * MS;
 
 /// Longest a station sleeps, so that a stop request is seen.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
@@ -243,6 +248,19 @@ impl Station {
         })
     }
 
+    /// Serves the central manager's metrics and status page on
+    /// `listener` (see [`web`]); an error on a host that is not the
+    /// central manager.
+    pub fn serve_web(&mut self, listener: std::net::TcpListener) -> io::Result<()> {
+        let c = self
+            .central
+            .as_mut()
+            .ok_or_else(|| io::Error::other("--metrics: this host is not the central manager"))?;
+        let w = web::Window::new();
+        c.show_in(w.clone());
+        w.serve(listener)
+    }
+
     /// The address the station listens on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
@@ -255,6 +273,7 @@ impl Station {
     /// Runs until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut buf = vec![0u8; 65_536];
+        let mut shown = 0;
         while !stop.load(Ordering::Relaxed) {
             let now = self.clock();
             self.checker.poll();
@@ -264,6 +283,10 @@ impl Station {
             }
             if let Some(c) = &mut self.central {
                 c.poll(wall());
+                if now >= shown + SHOW_EVERY {
+                    shown = now;
+                    c.refresh();
+                }
             }
             self.flush(out);
             let next = self
