@@ -32,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
         let _ = policy.tick(now);
         let Ok(m) = Message::decode(d) else { continue };
         match m.body {
-            Body::Ack { seq, member, .. } => det.on_ack(member as usize, seq, &mut out),
+            Body::Ack { seq, member, .. } => {
+                let _ = det.on_ack(member as usize, seq, &mut out);
+            }
             Body::Beat { epoch, .. } => lease.on_beat(epoch, now, &mut ev),
             Body::Refused { epoch, .. } => lease.on_refused(epoch, now, &mut ev),
             Body::Report { epoch, host, seen, text, .. } => {

@@ -31,6 +31,7 @@ pub mod demo;
 pub mod echo;
 pub mod files;
 pub mod gateways;
+pub mod manage;
 pub mod peers;
 pub mod plot;
 pub mod progress;

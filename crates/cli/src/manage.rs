@@ -142,7 +142,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         } => {
             let (c, seal) = open(&cluster, &secret)?;
             loop {
-                let (ok, text) = ask(&c, &seal, |nonce| Body::Status { nonce }, wait)?;
+                let (ok, text) = ask(
+                    &c,
+                    &seal,
+                    |nonce, sent_ms| Body::Status { nonce, sent_ms },
+                    wait,
+                )?;
                 anyhow::ensure!(ok, "{text}");
                 match json {
                     true => println!("{text}"),
@@ -151,7 +156,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 let Some(every) = watch else {
                     return Ok(());
                 };
-                std::thread::sleep(Duration::from_secs_f64(every.max(0.1)));
+                anyhow::ensure!(every.is_finite(), "--watch: a number of seconds");
+                std::thread::sleep(Duration::from_secs_f64(every.clamp(0.1, 86_400.0)));
             }
         }
         Command::Reset(o) => order(o, "reset"),
@@ -171,8 +177,9 @@ fn order(o: OrderArgs, kind: &str) -> anyhow::Result<()> {
     let (ok, text) = ask(
         &c,
         &seal,
-        |nonce| Body::Order {
+        |nonce, sent_ms| Body::Order {
             nonce,
+            sent_ms,
             host,
             order,
             text: reason,
@@ -212,7 +219,12 @@ pub fn status_table(c: &Cluster, wait: Duration) -> anyhow::Result<String> {
     let seal = seal()?;
     let until = std::time::Instant::now() + wait;
     loop {
-        let (ok, text) = ask(c, &seal, |nonce| Body::Status { nonce }, wait)?;
+        let (ok, text) = ask(
+            c,
+            &seal,
+            |nonce, sent_ms| Body::Status { nonce, sent_ms },
+            wait,
+        )?;
         anyhow::ensure!(ok, "{text}");
         let v: serde_json::Value = serde_json::from_str(&text)?;
         let heard = v["groups"]

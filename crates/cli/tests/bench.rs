@@ -383,3 +383,36 @@ fn files_bench_rows_have_every_case_and_positive_rates() {
     // What it made in a directory it was given, it removed.
     assert!(!work.join("export/src").exists() && !work.join("local/up").exists());
 }
+
+#[test]
+fn manage_bench_times_detection_resets_and_takeovers() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("manage.json");
+    let text = run(&[
+        "bench",
+        "manage",
+        "--groups",
+        "1",
+        "--hosts",
+        "3",
+        "--trials",
+        "1",
+        "--takeovers",
+        "1",
+        "--port",
+        "18600",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert!(text.contains("SlurmdTimeout 300 s"), "{text}");
+    let rows = json(&j);
+    let events: Vec<&str> = rows.iter().map(|r| r["event"].as_str().unwrap()).collect();
+    assert_eq!(events.len(), 4, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["trials"], 1, "{r}");
+        let m = num(r, "median_s");
+        // Positive, and within the detection or takeover bound (plus slack).
+        assert!(m > 0.0 && m < 5.0, "{r}");
+        assert!(num(r, "max_s") >= m, "{r}");
+    }
+}

@@ -57,4 +57,8 @@ pub struct ManageSettings {
     pub again_within_s: Option<u64>,
     /// More than this share of a group dark at once: no action.
     pub dark_share: Option<f64>,
+    /// Most resets a minute, cluster-wide.
+    pub resets_per_minute: Option<u32>,
+    /// Most exclusions a minute, cluster-wide.
+    pub exclusions_per_minute: Option<u32>,
 }

@@ -16,7 +16,7 @@
 //! the file counts for nothing.
 
 use macrolink_cluster::{Cluster, Role};
-use macrolink_fabric::{Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Result};
+use macrolink_fabric::{Addr, Completion, Endpoint, EndpointConfig, Error, Mode, RecvKind, Result};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -107,9 +107,17 @@ pub fn wait(mut ep: Endpoint, mut pending: Pending) -> Result<()> {
         let r = match ep.read(&mut buf) {
             Ok(r) => r,
             Err(Error::PeerLost { .. }) => continue,
+            // Too long to be ours: read and thrown away.
+            Err(Error::BufferTooSmall { needed, .. }) => {
+                let mut big = vec![0u8; needed.min(crate::MAX_MESSAGE as usize)];
+                let _ = ep.read(&mut big);
+                continue;
+            }
             Err(e) => return Err(e),
         };
-        if &buf[..r.len] != DONE {
+        // Only reliable messages: their sender proved the key for the node
+        // it names (a datagram's node id is only what it says).
+        if r.kind != RecvKind::Message(Mode::Reliable) || &buf[..r.len] != DONE {
             tracing::warn!("node {}: not a done message; ignored", r.from.node);
             continue;
         }

@@ -103,6 +103,8 @@ struct Member {
     /// Sequence of the newest probe answered: an answer to it or an older
     /// one again (a replay) counts for nothing.
     acked: u64,
+    /// Where its probe numbers started.
+    first: u64,
     waiting: Waiting,
 }
 
@@ -129,6 +131,7 @@ impl Detector {
                     next_probe: now + step * i as u64,
                     seq: 0,
                     acked: 0,
+                    first: 0,
                     waiting: Waiting::No,
                 })
                 .collect(),
@@ -147,14 +150,14 @@ impl Detector {
     }
 
     /// Member `from` answered probe `seq` (directly or through another
-    /// member). An answer to a probe never sent, or to one older than an
-    /// answer already taken, is ignored.
-    pub fn on_ack(&mut self, from: usize, seq: u64, out: &mut Vec<DetectEvent>) {
+    /// member); whether the answer is fresh. An answer to a probe never
+    /// sent, or to one older than an answer already taken, is ignored.
+    pub fn on_ack(&mut self, from: usize, seq: u64, out: &mut Vec<DetectEvent>) -> bool {
         let Some(m) = self.members.get_mut(from) else {
-            return;
+            return false;
         };
         if seq <= m.acked || seq > m.seq {
-            return;
+            return false;
         }
         m.acked = seq;
         m.waiting = Waiting::No;
@@ -162,6 +165,25 @@ impl Detector {
             m.liveness = Liveness::Alive;
             out.push(DetectEvent::Changed(from, Liveness::Alive));
         }
+        true
+    }
+
+    /// Probe numbers from `first` on (a driver that outlives a detector
+    /// starts the next one past every number the last one used, so that
+    /// old answers count for nothing).
+    pub fn starting_at(mut self, first: u64) -> Detector {
+        for m in &mut self.members {
+            (m.seq, m.acked, m.first) = (first, first, first);
+        }
+        self
+    }
+
+    /// Whether anything is known of member `i` yet: an answer, or a
+    /// suspicion.
+    pub fn known(&self, i: usize) -> bool {
+        self.members
+            .get(i)
+            .is_some_and(|m| m.liveness != Liveness::Alive || m.acked > m.first)
     }
 
     /// Everything due by `now`.
@@ -301,7 +323,7 @@ mod tests {
             }
             for (to, seq) in acks {
                 let mut out = Vec::new();
-                d.on_ack(to, seq, &mut out);
+                let _ = d.on_ack(to, seq, &mut out);
                 for e in out {
                     if let DetectEvent::Changed(i, l) = e {
                         changes.push((t, i, l));
@@ -348,10 +370,12 @@ mod tests {
                     DetectEvent::ProbeVia { to, seq, via } => {
                         assert_ne!(via, to);
                         let mut o = Vec::new();
-                        d.on_ack(to, seq, &mut o);
+                        let _ = d.on_ack(to, seq, &mut o);
                         assert!(o.is_empty(), "{o:?}");
                     }
-                    DetectEvent::Probe { to, seq } if to != 1 => d.on_ack(to, seq, &mut Vec::new()),
+                    DetectEvent::Probe { to, seq } if to != 1 => {
+                        let _ = d.on_ack(to, seq, &mut Vec::new());
+                    }
                     DetectEvent::Changed(..) => panic!("{e:?} at {t}"),
                     _ => {}
                 }
@@ -379,14 +403,22 @@ mod tests {
         let _ = run(&mut d, 501 * MS, 2000 * MS, &[1]);
         assert_eq!(d.liveness(1), Some(Liveness::Failed));
         let mut out = Vec::new();
-        d.on_ack(1, u64::MAX, &mut out);
-        d.on_ack(1, 0, &mut out);
-        d.on_ack(7, 1, &mut out);
+        assert!(!d.on_ack(1, u64::MAX, &mut out));
+        assert!(!d.on_ack(1, 0, &mut out));
+        assert!(!d.on_ack(7, 1, &mut out));
         // Member 1's first probe was answered before it died: a replay of
         // that answer is not a new one.
-        d.on_ack(1, 1, &mut out);
+        assert!(!d.on_ack(1, 1, &mut out));
         assert!(out.is_empty());
         assert_eq!(d.liveness(1), Some(Liveness::Failed));
+        // A detector started past an old one's numbers takes none of its
+        // answers, and knows nothing of a member until one comes.
+        let mut d = Detector::new(2, DetectConfig::default(), 0).starting_at(1000);
+        assert!(!d.known(0));
+        assert!(!d.on_ack(0, 5, &mut out));
+        d.poll(0, &mut out);
+        assert!(d.on_ack(0, 1001, &mut out));
+        assert!(d.known(0) && !d.known(1));
     }
 
     #[test]

@@ -24,6 +24,9 @@ use crate::Nanos;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
+/// Actions kept per host (the latest; the decision log has them all).
+pub const MAX_ACTIONS: usize = 16;
+
 /// Policy settings.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicyConfig {
@@ -155,7 +158,7 @@ pub struct HostRecord {
     pub health: Option<String>,
     /// Why the last decision about it, or why none was taken yet.
     pub reason: String,
-    /// Actions taken on it.
+    /// The latest actions taken on it (at most [`MAX_ACTIONS`]).
     pub actions: Vec<(Nanos, Action)>,
 }
 
@@ -344,7 +347,7 @@ impl Policy {
             .map(|o| o.state)
             .collect();
         let dark = members.iter().filter(|s| s.dark()).count();
-        if dark as f64 > self.cfg.dark_share * members.len() as f64 {
+        if dark >= 2 && dark as f64 > self.cfg.dark_share * members.len() as f64 {
             let why = format!(
                 "{dark} of {} hosts of {group} dark at once: the network or the manager, \
                  not the hosts; no action",
@@ -357,7 +360,7 @@ impl Policy {
             Some(t) if now < t + self.cfg.again_within => {
                 let why = format!(
                     "failed again {:.1} s after its reset",
-                    (now - t) as f64 / crate::SEC as f64
+                    now.saturating_sub(t) as f64 / crate::SEC as f64
                 );
                 self.exclude(h, why, now, out);
             }
@@ -426,6 +429,9 @@ impl Policy {
             r.state = state;
             r.reason = reason.clone();
             if let Some(a) = action {
+                if r.actions.len() == MAX_ACTIONS {
+                    r.actions.remove(0);
+                }
                 r.actions.push((now, a));
             }
         }

@@ -38,7 +38,7 @@ pub struct Commands {
 
 /// Decisions kept in memory for the status view.
 const RECENT: usize = 64;
-/// Order nonces remembered, against replays.
+/// Orders remembered with their answers.
 const NONCES: usize = 1024;
 /// Commands running at once, at most.
 const MAX_CHILDREN: usize = 64;
@@ -64,7 +64,9 @@ pub struct Central {
     log: std::fs::File,
     state_path: PathBuf,
     recent: VecDeque<Decision>,
-    nonces: VecDeque<u64>,
+    /// Orders answered, with the answer (a retry of the same order gets
+    /// it again; the order is not carried out twice).
+    answered: VecDeque<(u64, (bool, String))>,
     children: Vec<(String, Child)>,
     window: Option<std::sync::Arc<crate::web::Window>>,
 }
@@ -145,7 +147,7 @@ impl Central {
             log,
             state_path,
             recent: VecDeque::new(),
-            nonces: VecDeque::new(),
+            answered: VecDeque::new(),
             children: Vec::new(),
             window: None,
         })
@@ -170,7 +172,13 @@ impl Central {
         };
         match g.gate.check(epoch, from) {
             Verdict::Refused { epoch } => {
-                send(self.me, from, Body::Refused { group, epoch }, &mut out);
+                let holder = g.gate.holder().map_or(0, |h| h.1);
+                let refused = Body::Refused {
+                    group,
+                    epoch,
+                    holder,
+                };
+                send(self.me, from, refused, &mut out);
                 return out;
             }
             Verdict::Accepted => {}
@@ -194,7 +202,9 @@ impl Central {
         out
     }
 
-    /// An operator's order; the reply's (ok, text).
+    /// An operator's order; the reply's (ok, text). The same order again
+    /// (a retry: the same nonce) gets the same answer and is not carried
+    /// out twice.
     pub fn on_order(
         &mut self,
         nonce: u64,
@@ -203,13 +213,18 @@ impl Central {
         why: &str,
         now: Nanos,
     ) -> (bool, String) {
-        if self.nonces.contains(&nonce) {
-            return (false, "this order was already given (a replay?)".into());
+        if let Some((_, said)) = self.answered.iter().find(|a| a.0 == nonce) {
+            return said.clone();
         }
-        if self.nonces.len() == NONCES {
-            self.nonces.pop_front();
+        let said = self.carry_out(host, order, why, now);
+        if self.answered.len() == NONCES {
+            self.answered.pop_front();
         }
-        self.nonces.push_back(nonce);
+        self.answered.push_back((nonce, said.clone()));
+        said
+    }
+
+    fn carry_out(&mut self, host: u32, order: OrderKind, why: &str, now: Nanos) -> (bool, String) {
         let Some(name) = self.names.get(&host).cloned() else {
             return (false, format!("node {host} is in no macro-cluster"));
         };
@@ -229,14 +244,14 @@ impl Central {
 
     /// Shows the state (and counts decisions) in `w` from now on.
     pub fn show_in(&mut self, w: std::sync::Arc<crate::web::Window>) {
-        w.show(self.status_json());
+        w.show(self.status_json().unwrap_or_default());
         self.window = Some(w);
     }
 
     /// Brings the window up to date.
     pub fn refresh(&self) {
-        if let Some(w) = &self.window {
-            w.show(self.status_json());
+        if let (Some(w), Some(s)) = (&self.window, self.status_json()) {
+            w.show(s);
         }
     }
 
@@ -246,8 +261,8 @@ impl Central {
     }
 
     /// The state in JSON, for a status request (cut to the latest
-    /// decisions that fit one datagram).
-    pub fn status_json(&self) -> String {
+    /// decisions that fit one datagram; none when the hosts alone do not).
+    pub fn status_json(&self) -> Option<String> {
         let groups = self
             .groups
             .iter()
@@ -275,8 +290,11 @@ impl Central {
                 decisions: self.recent.iter().skip(self.recent.len() - keep).collect(),
             };
             let text = serde_json::to_string(&s).unwrap_or_default();
-            if text.len() <= MAX_REPLY || keep == 0 {
-                return text;
+            if text.len() <= MAX_REPLY {
+                return Some(text);
+            }
+            if keep == 0 {
+                return None;
             }
             keep /= 2;
         }
@@ -408,5 +426,37 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "it's $HOME `x` \"y\"");
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    #[test]
+    fn an_order_retried_with_its_nonce_is_answered_again_and_carried_out_once() {
+        let d = tempfile::tempdir().unwrap();
+        let groups = vec![(
+            "m0".to_string(),
+            vec![(2, "h1".to_string()), (3, "h2".to_string())],
+        )];
+        let mut c = Central::new(
+            1,
+            groups,
+            PolicyConfig::default(),
+            Commands::default(),
+            d.path(),
+            0,
+        )
+        .unwrap();
+        let first = c.on_order(7, 3, OrderKind::Exclude, "bad", 1);
+        assert!(first.0, "{first:?}");
+        assert_eq!(c.on_order(7, 3, OrderKind::Exclude, "bad", 2), first);
+        let actions = &c.policy.host("h2").unwrap().actions;
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert!(
+            !c.on_order(8, 99, OrderKind::Reset, "who", 3).0,
+            "no such host"
+        );
     }
 }

@@ -67,6 +67,16 @@ impl Checker {
                             rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
                     }
                     r.killed = true;
+                    self.last = (
+                        Health::Unknown,
+                        format!("the check timed out after {:?}", self.timeout),
+                    );
+                }
+                // One that does not die (stuck in the kernel, or something
+                // it left holds its output): given up, so checks go on.
+                Err(TryRecvError::Empty) if r.killed && r.started.elapsed() > self.timeout * 2 => {
+                    tracing::warn!("a health check (pid {}) would not die; given up", r.pid);
+                    self.running = None;
                 }
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => self.running = None,

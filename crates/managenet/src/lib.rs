@@ -48,6 +48,10 @@ pub const SEAL_CONTEXT: &str = "macrolink manage 2026-11 datagram key";
 /// epochs change without a decision).
 const SHOW_EVERY: Nanos = 500 * MS;
 
+/// Oldest (or furthest ahead) an operator's request may be, by its sender's
+/// clock.
+const REQUEST_AGE: Nanos = 10 * SEC;
+
 /// Longest a station sleeps, so that a stop request is seen.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
@@ -107,6 +111,12 @@ impl Settings {
         }
         if let Some(s) = m.dark_share {
             policy.dark_share = s;
+        }
+        if let Some(n) = m.resets_per_minute {
+            policy.resets_per_window = n;
+        }
+        if let Some(n) = m.exclusions_per_minute {
+            policy.exclusions_per_window = n;
         }
         Settings {
             detect,
@@ -354,6 +364,8 @@ impl Station {
         let now = self.clock();
         let me = self.me;
         match m.body {
+            // Answered at the sender's address in the file, never at the
+            // datagram's source (which a replay can forge).
             Body::Ping { seq, origin } => {
                 let (health, text) = self.checker.last();
                 let ack = Body::Ack {
@@ -363,7 +375,9 @@ impl Station {
                     health,
                     text,
                 };
-                self.reply(ack, src);
+                let mut out = Vec::new();
+                send(me, m.from, ack, &mut out);
+                self.flush(out);
             }
             Body::PingReq { seq, member } => {
                 let mut out = Vec::new();
@@ -404,9 +418,13 @@ impl Station {
                     l.on_beat(epoch, n, now);
                 }
             }
-            Body::Refused { group, epoch } => {
+            Body::Refused {
+                group,
+                epoch,
+                holder,
+            } => {
                 if let Some(l) = self.locals.iter_mut().find(|l| l.group == group) {
-                    l.on_refused(epoch, now);
+                    l.on_refused(epoch, holder, now);
                 }
             }
             Body::Report {
@@ -422,11 +440,20 @@ impl Station {
                     self.flush(out);
                 }
             }
+            // Requests from operators come from anywhere: only recent ones
+            // are answered, so that a replay cannot turn the station into
+            // an amplifier for long.
+            Body::Order { sent_ms, .. } | Body::Status { sent_ms, .. }
+                if wall().abs_diff(sent_ms.saturating_mul(1_000_000)) > REQUEST_AGE =>
+            {
+                tracing::debug!("{src}: a request sent too long ago; dropped");
+            }
             Body::Order {
                 nonce,
                 host,
                 order,
                 text,
+                ..
             } => {
                 let (ok, said) = match &mut self.central {
                     Some(c) => c.on_order(nonce, host, order, text, wall()),
@@ -441,9 +468,10 @@ impl Station {
                     src,
                 );
             }
-            Body::Status { nonce } => {
-                let (ok, text) = match &self.central {
-                    Some(c) => (true, c.status_json()),
+            Body::Status { nonce, .. } => {
+                let (ok, text) = match self.central.as_ref().map(Central::status_json) {
+                    Some(Some(json)) => (true, json),
+                    Some(None) => (false, "the state does not fit one datagram".into()),
                     None => (false, "this host is not the central manager".into()),
                 };
                 self.reply(
@@ -466,7 +494,7 @@ impl Station {
 pub fn ask<'a>(
     c: &Cluster,
     seal: &Seal,
-    body: impl Fn(u64) -> Body<'a>,
+    body: impl Fn(u64, u64) -> Body<'a>,
     wait: Duration,
 ) -> io::Result<(bool, String)> {
     let central = c
@@ -487,9 +515,10 @@ pub fn ask<'a>(
     .map_err(io::Error::other)?;
     let sock = UdpSocket::bind(bind)?;
     let nonce: u64 = rand::random();
+    let sent_ms = wall() / 1_000_000;
     let mut msg = Message {
         from: 0,
-        body: body(nonce),
+        body: body(nonce, sent_ms),
     }
     .encode()
     .ok_or_else(|| io::Error::other("the request is over a limit"))?;

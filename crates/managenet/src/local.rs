@@ -52,6 +52,15 @@ pub struct Local {
     next_full: Nanos,
 }
 
+/// Wall-clock nanoseconds: where beat, report and probe numbers start, so
+/// that a restarted station's numbers are past every one it used before
+/// (and old messages replayed count for nothing).
+fn numbers_from() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
 /// Time between full reports of every host (a central manager that
 /// restarted learns the whole group within it).
 const FULL_REPORT: Nanos = 1_000_000_000;
@@ -85,8 +94,8 @@ impl Local {
             detector: None,
             lease: Lease::new(lease, preferred, now),
             heard: (0, 0),
-            beats: 0,
-            reports: 0,
+            beats: numbers_from(),
+            reports: numbers_from(),
             health: vec![(Health::NotChecked, String::new()); n],
             said: vec![None; n],
             next_full: now,
@@ -109,8 +118,13 @@ impl Local {
         self.lease_events(ev, now);
     }
 
-    /// The central manager refused a report: epoch `epoch` holds.
-    pub fn on_refused(&mut self, epoch: u64, now: Nanos) {
+    /// The central manager refused a report: epoch `epoch` is held by
+    /// node `holder`. A refusal that names this side (an old report of its
+    /// own, replayed or late) changes nothing.
+    pub fn on_refused(&mut self, epoch: u64, holder: u32, now: Nanos) {
+        if holder == self.me {
+            return;
+        }
         let mut ev = Vec::new();
         self.lease.on_refused(epoch, now, &mut ev);
         self.lease_events(ev, now);
@@ -122,11 +136,15 @@ impl Local {
         let Some(i) = self.members.iter().position(|&m| m == member) else {
             return out;
         };
-        self.health[i] = (health, text.to_string());
-        if let Some(d) = &mut self.detector {
-            let mut ev = Vec::new();
-            d.on_ack(i, seq, &mut ev);
+        let Some(d) = &mut self.detector else {
+            return out;
+        };
+        let mut ev = Vec::new();
+        // Only a fresh answer says anything of the host's health.
+        if !d.on_ack(i, seq, &mut ev) {
+            return out;
         }
+        self.health[i] = (health, text.to_string());
         self.report_changes(false, &mut out);
         out
     }
@@ -202,10 +220,12 @@ impl Local {
             match e {
                 LeaseEvent::TookOver { epoch } => {
                     tracing::info!("{}: managing, epoch {epoch}", self.name);
-                    // A fresh view: what this side knew as the fallback
-                    // is old.
-                    self.detector = Some(Detector::new(self.members.len(), self.detect, now));
-                    self.said = vec![None; self.members.len()];
+                    // A fresh view: what this side knew before is old.
+                    let n = self.members.len();
+                    let d = Detector::new(n, self.detect, now).starting_at(numbers_from());
+                    self.detector = Some(d);
+                    self.said = vec![None; n];
+                    self.health = vec![(Health::NotChecked, String::new()); n];
                     self.next_full = now;
                 }
                 LeaseEvent::SteppedDown { epoch } => {
@@ -226,6 +246,10 @@ impl Local {
             return;
         };
         for i in 0..self.members.len() {
+            // Nothing to say of a host this side has not heard from yet.
+            if !d.known(i) {
+                continue;
+            }
             let now_said = match d.liveness(i) {
                 Some(Liveness::Alive) | None => match &self.health[i] {
                     (Health::Unhealthy, t) => Said {
@@ -265,5 +289,54 @@ impl Local {
             send(self.me, self.central, report, out);
             self.said[i] = Some(now_said);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use macrolink_manage::{MS, SEC};
+
+    #[test]
+    fn a_refusal_naming_this_side_is_a_replay_and_changes_nothing() {
+        let lease = LeaseConfig::default();
+        let mut l = Local::new(
+            1,
+            0,
+            "m0".into(),
+            vec![1, 2, 3],
+            2,
+            9,
+            true,
+            DetectConfig::default(),
+            lease,
+            0,
+        );
+        let _ = l.poll(lease.lease);
+        let epoch = l.acting().expect("manages");
+        l.on_refused(epoch, 1, SEC);
+        assert_eq!(l.acting(), Some(epoch), "its own old report, replayed");
+        l.on_refused(epoch, 2, SEC + MS);
+        assert_eq!(l.acting(), None, "the same epoch held by the other side");
+    }
+
+    #[test]
+    fn a_new_manager_reports_no_host_it_has_not_heard_from() {
+        let lease = LeaseConfig::default();
+        let mut l = Local::new(
+            1,
+            0,
+            "m0".into(),
+            vec![1, 2, 3],
+            2,
+            9,
+            true,
+            DetectConfig::default(),
+            lease,
+            0,
+        );
+        let out = l.poll(lease.lease);
+        let reports = out.iter().filter(|(to, _)| *to == 9).count();
+        assert_eq!(reports, 0, "nothing known yet: no report");
     }
 }

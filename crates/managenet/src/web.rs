@@ -242,8 +242,21 @@ fn reply(s: &mut TcpStream, status: &str, kind: &str, body: &str) -> io::Result<
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())
+    let until = Instant::now() + DEADLINE;
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    let mut at = 0;
+    // Each write gets only what is left of the deadline: a reader that
+    // takes a few bytes now and then cannot stretch the exchange.
+    while at < out.len() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "reader too slow"));
+        }
+        s.set_write_timeout(Some(left))?;
+        at += s.write(&out[at..])?;
+    }
+    Ok(())
 }
 
 /// `s` safe inside HTML text and attributes.

@@ -10,9 +10,9 @@
 //!  Ack       seq u64, member u32, origin u32, health u8, text
 //!  Beat      group u16, epoch u64, n u64    manager to fallback
 //!  Report    group u16, epoch u64, n u64, host u32, seen u8, text
-//!  Refused   group u16, epoch u64           central: that epoch holds
-//!  Order     nonce u64, host u32, order u8, text     operator to central
-//!  Status    nonce u64                      ask the central for its state
+//!  Refused   group u16, epoch u64, holder u32     central: that epoch holds
+//!  Order     nonce u64, sent_ms u64, host u32, order u8, text    operator to central
+//!  Status    nonce u64, sent_ms u64         ask the central for its state
 //!  Reply     nonce u64, ok u8, text         central's answer (JSON or a reason)
 //!  text: len u16, UTF-8 bytes
 //! ```
@@ -149,11 +149,15 @@ pub enum Body<'a> {
         group: u16,
         /// The epoch that holds.
         epoch: u64,
+        /// The node that holds it.
+        holder: u32,
     },
     /// An operator's order.
     Order {
         /// Unique per order.
         nonce: u64,
+        /// When it was sent, wall-clock milliseconds (old ones are refused).
+        sent_ms: u64,
         /// The host's node id.
         host: u32,
         /// What to do.
@@ -165,6 +169,8 @@ pub enum Body<'a> {
     Status {
         /// Echoed in the reply.
         nonce: u64,
+        /// When it was sent, wall-clock milliseconds (old ones are refused).
+        sent_ms: u64,
     },
     /// The central manager's answer to an order or a status request.
     Reply {
@@ -284,22 +290,32 @@ impl<'a> Message<'a> {
                 b.push(seen_code(seen));
                 text(&mut b, t, MAX_TEXT)?;
             }
-            Body::Refused { group, epoch } => {
+            Body::Refused {
+                group,
+                epoch,
+                holder,
+            } => {
                 b.extend_from_slice(&group.to_le_bytes());
                 b.extend_from_slice(&epoch.to_le_bytes());
+                b.extend_from_slice(&holder.to_le_bytes());
             }
             Body::Order {
                 nonce,
+                sent_ms,
                 host,
                 order,
                 text: t,
             } => {
                 b.extend_from_slice(&nonce.to_le_bytes());
+                b.extend_from_slice(&sent_ms.to_le_bytes());
                 b.extend_from_slice(&host.to_le_bytes());
                 b.push(order_code(order));
                 text(&mut b, t, MAX_TEXT)?;
             }
-            Body::Status { nonce } => b.extend_from_slice(&nonce.to_le_bytes()),
+            Body::Status { nonce, sent_ms } => {
+                b.extend_from_slice(&nonce.to_le_bytes());
+                b.extend_from_slice(&sent_ms.to_le_bytes());
+            }
             Body::Reply { nonce, ok, text: t } => {
                 b.extend_from_slice(&nonce.to_le_bytes());
                 b.push(u8::from(ok));
@@ -367,9 +383,11 @@ impl<'a> Message<'a> {
             6 => Body::Refused {
                 group: r.u16()?,
                 epoch: r.u64()?,
+                holder: r.u32()?,
             },
             7 => Body::Order {
                 nonce: r.u64()?,
+                sent_ms: r.u64()?,
                 host: r.u32()?,
                 order: match r.u8()? {
                     0 => OrderKind::Reset,
@@ -379,7 +397,10 @@ impl<'a> Message<'a> {
                 },
                 text: r.text(MAX_TEXT)?,
             },
-            8 => Body::Status { nonce: r.u64()? },
+            8 => Body::Status {
+                nonce: r.u64()?,
+                sent_ms: r.u64()?,
+            },
             9 => Body::Reply {
                 nonce: r.u64()?,
                 ok: match r.u8()? {
@@ -471,14 +492,22 @@ mod tests {
                 seen: Seen::Unknown,
                 text: "exit status 139",
             },
-            Body::Refused { group: 0, epoch: 3 },
+            Body::Refused {
+                group: 0,
+                epoch: 3,
+                holder: 21,
+            },
             Body::Order {
                 nonce: 77,
+                sent_ms: 1_790_000_000_000,
                 host: 12,
                 order: OrderKind::Exclude,
                 text: "bad memory",
             },
-            Body::Status { nonce: 78 },
+            Body::Status {
+                nonce: 78,
+                sent_ms: 1_790_000_000_001,
+            },
             Body::Reply {
                 nonce: 78,
                 ok: true,
@@ -511,6 +540,7 @@ mod tests {
             from: 1,
             body: Body::Order {
                 nonce: 1,
+                sent_ms: 0,
                 host: 2,
                 order: OrderKind::Reset,
                 text: &long,
@@ -521,6 +551,7 @@ mod tests {
             from: 1,
             body: Body::Order {
                 nonce: 1,
+                sent_ms: 0,
                 host: 2,
                 order: OrderKind::Reset,
                 text: "x",

@@ -4,6 +4,7 @@
 mod compare;
 mod files;
 mod gateways;
+mod manage;
 mod messages;
 mod range;
 
@@ -34,6 +35,9 @@ enum BenchCommand {
     /// Across an emulated long link, with and without the relay pair,
     /// beside iperf3 cubic and bbr (root: namespaces).
     Range(range::Args),
+    /// Macro-cluster management: detection of killed and frozen hosts,
+    /// resets, takeovers of killed managers, beside others' defaults.
+    Manage(manage::Args),
     /// The target side, for runs between two hosts (`--connect` on the other).
     #[command(mut_arg("node", |a| a.default_value("2")))]
     Serve(messages::ServeArgs),
@@ -50,5 +54,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Gateways(a) => gateways::run(a),
         BenchCommand::Files(a) => files::run(a),
         BenchCommand::Range(a) => range::run(a),
+        BenchCommand::Manage(a) => manage::run(a),
     }
 }
