@@ -450,3 +450,73 @@ fn metrics_and_the_status_page_in_a_real_browser_show_a_reset_host() {
         );
     }
 }
+
+#[test]
+fn strangers_replays_and_floods_change_nothing() {
+    use macrolink_fabric::seal::{Seal, TAG_LEN};
+    use macrolink_wire::manage::{Body, Message, OrderKind};
+    let s = Site::new(8150, None);
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    let central: std::net::SocketAddr = "127.0.0.1:8160".parse().unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sealed = |seal: &Seal, body: Body<'_>| {
+        let mut b = Message { from: 0, body }.encode().unwrap();
+        let n = b.len();
+        b.resize(n + TAG_LEN, 0);
+        let n = seal.close(&mut b, n);
+        b.truncate(n);
+        b
+    };
+    let order = |sent_ms| Body::Order {
+        nonce: rand_nonce(),
+        sent_ms,
+        host: 5, // h4
+        order: OrderKind::Exclude,
+        text: "attacker",
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // The right key, but an order a minute old (a replay).
+    let key = macrolink_files::setup::load_secret(Some(&s.dir.path().join("secret")))
+        .unwrap()
+        .fabric_key();
+    let right = Seal::new(key.derive(macrolink_managenet::SEAL_CONTEXT));
+    sock.send_to(&sealed(&right, order(now_ms - 60_000)), central)
+        .unwrap();
+    // A fresh order under a wrong key; and a flood of garbage.
+    let wrong = Seal::new([7; 32]);
+    sock.send_to(&sealed(&wrong, order(now_ms)), central)
+        .unwrap();
+    for i in 0..5000u32 {
+        let junk: Vec<u8> = (0..(i % 300)).map(|j| (i ^ j) as u8).collect();
+        let _ = sock.send_to(&junk, central);
+    }
+    // No reply to any of them, and the central manager still answers.
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    assert!(sock.recv_from(&mut buf).is_err(), "a stranger got a reply");
+    let st = s.status();
+    for h in ["h1", "h2", "h3", "h4"] {
+        assert_eq!(st["hosts"][h]["state"], "healthy", "{st:#}");
+    }
+    assert!(log(s.dir.path()).iter().all(|d| d["action"].is_null()));
+    // The same order, fresh and under the right key, is carried out: the
+    // refusals above were the checks', not an address that nobody hears.
+    sock.send_to(&sealed(&right, order(now_ms + 1)), central)
+        .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(sock.recv_from(&mut buf).is_ok(), "no reply to a good order");
+    assert_eq!(s.state_of("h4"), "excluded");
+}
+
+fn rand_nonce() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+}

@@ -297,31 +297,9 @@ mod tests {
     use super::*;
     use macrolink_manage::{MS, SEC};
 
-    #[test]
-    fn a_refusal_naming_this_side_is_a_replay_and_changes_nothing() {
-        let lease = LeaseConfig::default();
-        let mut l = Local::new(
-            1,
-            0,
-            "m0".into(),
-            vec![1, 2, 3],
-            2,
-            9,
-            true,
-            DetectConfig::default(),
-            lease,
-            0,
-        );
-        let _ = l.poll(lease.lease);
-        let epoch = l.acting().expect("manages");
-        l.on_refused(epoch, 1, SEC);
-        assert_eq!(l.acting(), Some(epoch), "its own old report, replayed");
-        l.on_refused(epoch, 2, SEC + MS);
-        assert_eq!(l.acting(), None, "the same epoch held by the other side");
-    }
-
-    #[test]
-    fn a_new_manager_reports_no_host_it_has_not_heard_from() {
+    /// Node 1, the preferred side of group 0 (hosts 1..3, fallback 2,
+    /// central 9), managing once it has polled at the lease's end.
+    fn managing() -> Local {
         let lease = LeaseConfig::default();
         let mut l = Local::new(
             1,
@@ -338,5 +316,16 @@ mod tests {
         let out = l.poll(lease.lease);
         let reports = out.iter().filter(|(to, _)| *to == 9).count();
         assert_eq!(reports, 0, "nothing known yet: no report");
+        l
+    }
+
+    #[test]
+    fn a_refusal_naming_this_side_is_a_replay_and_changes_nothing() {
+        let mut l = managing();
+        let epoch = l.acting().expect("manages");
+        l.on_refused(epoch, 1, SEC);
+        assert_eq!(l.acting(), Some(epoch), "its own old report, replayed");
+        l.on_refused(epoch, 2, SEC + MS);
+        assert_eq!(l.acting(), None, "the same epoch held by the other side");
     }
 }
