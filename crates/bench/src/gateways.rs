@@ -91,6 +91,7 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
         },
         pinned: false,
         patience: 30_000_000_000,
+        excluded: None,
     }
 }
 
@@ -118,7 +119,7 @@ pub fn striped(
     tb: &Testbed,
     n: usize,
     payload: &[u8],
-    send_cfg: SendConfig,
+    send_cfg: &SendConfig,
     fault: Option<Fault>,
     flows: usize,
 ) -> anyhow::Result<Striped> {
@@ -165,7 +166,7 @@ pub fn striped(
                                 Addr::new(tb.storage_node(0), 1),
                                 f as u64 + 1,
                                 part,
-                                cfg,
+                                cfg.clone(),
                                 &mut |acked, total| match &fault {
                                     Some(Fault::KillGateway(k))
                                         if acked as f64 >= k * total as f64 =>
@@ -463,8 +464,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, cfg, None, 1)?.report;
-        let many = striped(&exe, &tb, n, &payload, cfg, None, 8)?.report;
+        let r = striped(&exe, &tb, n, &payload, &cfg, None, 1)?.report;
+        let many = striped(&exe, &tb, n, &payload, &cfg, None, 8)?.report;
         let many = many.bytes as f64 / many.secs / 1e6;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
@@ -532,7 +533,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     let mut single = 0.0;
     for links in 1..=2 {
         let tb = Testbed::with_links(1, links, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, 1, &payload, cfg, None, 1)?.report;
+        let r = striped(&exe, &tb, 1, &payload, &cfg, None, 1)?.report;
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if links == 1 {
             single = mbs;
@@ -549,7 +550,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     ];
     for (what, fault) in faults {
         let tb = Testbed::new(2, &a.rate).map_err(anyhow::Error::msg)?;
-        let run = striped(&exe, &tb, 2, &payload, cfg, Some(fault), 1)?;
+        let run = striped(&exe, &tb, 2, &payload, &cfg, Some(fault), 1)?;
         let r = &run.report;
         let found = run
             .found_after(0)

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// does), so that one process is the whole storage host.
     #[arg(long, requires = "node")]
     sink: bool,
+    /// Cluster file whose central manager this server obeys: while it
+    /// excludes this host (the node `--node` names), no new file is opened.
+    #[arg(long, requires = "node")]
+    cluster: Option<PathBuf>,
     #[command(flatten)]
     secret: SecretArgs,
     #[command(flatten)]
@@ -86,14 +90,30 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..Limits::default()
     };
     eprintln!("serve: limits: {limits}");
+    let secret = a.secret.load()?;
+    let excluded = match &a.cluster {
+        Some(p) => {
+            let c = macrolink_cluster::Cluster::load(p)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            let x = macrolink_files::setup::watch_excluded(&c, &secret);
+            anyhow::ensure!(
+                x.is_some(),
+                "{}: names no central manager to obey",
+                p.display()
+            );
+            x
+        }
+        None => None,
+    };
     let server = Server::bind(ServeConfig {
         root: a.root.clone(),
         listen: a.listen,
-        secret: a.secret.load()?,
+        secret,
         read_only: a.read_only,
         limits,
         shm_dir: a.shm_dir.unwrap_or_else(macrolink_fabric::default_shm_dir),
         fabric: a.node.zip(a.fabric),
+        excluded,
     })?;
     if a.sink {
         server.start_sink()?;

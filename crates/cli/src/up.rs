@@ -222,12 +222,20 @@ fn start_management(
     Ok(out)
 }
 
-/// Runs storage host `h` with its file service: the service's fabric node
-/// is the host's, and also receives striped transfers. Never returns but
-/// with an error, or by ending the process once `until`'s compute hosts
-/// are done.
-fn run_file_service(h: &Host, shm: &Path, until: Option<Pending>) -> anyhow::Result<()> {
-    let cfg = ServeConfig::for_host(h, shm, load_secret(None)?)?;
+/// Runs storage host `h` of `c` with its file service: the service's
+/// fabric node is the host's, and also receives striped transfers; it
+/// obeys the exclusions of `c`'s central manager. Never returns but with
+/// an error, or by ending the process once `until`'s compute hosts are
+/// done.
+fn run_file_service(
+    c: &Cluster,
+    h: &Host,
+    shm: &Path,
+    until: Option<Pending>,
+) -> anyhow::Result<()> {
+    let secret = load_secret(None)?;
+    let mut cfg = ServeConfig::for_host(h, shm, secret.clone())?;
+    cfg.excluded = macrolink_files::setup::watch_excluded(c, &secret);
     let export = cfg.root.display().to_string();
     let server = Server::bind(cfg)?;
     server.start_sink()?;
@@ -299,7 +307,7 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
             anyhow::ensure!(ok?, "some checks failed");
             Ok(())
         }
-        Role::Storage if h.files.is_some() => run_file_service(&h, &shm, until),
+        Role::Storage if h.files.is_some() => run_file_service(&cluster, &h, &shm, until),
         Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1, until),
         Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1, until),
         Role::Relay => crate::relay::serve(&cluster, &h, None, false),

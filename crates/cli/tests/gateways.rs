@@ -150,7 +150,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
             Addr::new(10, 1),
             transfer,
             &bytes,
-            pinned,
+            pinned.clone(),
             &mut |_, _| {},
         )
         .unwrap();
@@ -170,7 +170,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
         Addr::new(10, 1),
         99,
         &bytes[..1 << 20],
-        pinned,
+        pinned.clone(),
         &mut |_, _| {},
     )
     .unwrap();
@@ -183,7 +183,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
         Addr::new(10, 1),
         99,
         &big,
-        pinned,
+        pinned.clone(),
         &mut |acked, total| {
             if acked * 4 >= total {
                 if let Some(mut g) = victim.take() {

@@ -12,25 +12,110 @@ use std::time::{Duration, Instant};
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 
 /// A storage host serving an export on node 10, two gateways, and the
-/// cluster file that names them.
+/// cluster file that names them; with management, a central manager
+/// (host `boss`) that gateways and storage host obey.
 struct Site {
     dir: tempfile::TempDir,
     gateways: Vec<Peer>,
     _server: Peer,
+    central: Option<Child>,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.central.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The management part of a cluster file: gw0 (node 21), gw1 (22) and
+/// store0 (10) in one macro-cluster, `boss` its central manager, each on a
+/// port of its own.
+fn management() -> String {
+    let port = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    format!(
+        "[[host]]\nname = \"boss\"\nrole = \"compute\"\nnode = 1\nfabric = \"127.0.0.1:1\"\n\
+         manage = \"{}\"\n\n\
+         [[macro]]\nname = \"m0\"\nhosts = [\"gw0\", \"gw1\", \"store0\"]\n\
+         manager = \"gw0\"\nfallback = \"gw1\"\n\n\
+         [manage]\ncentral = \"boss\"\n",
+        port()
+    ) + &format!("@gw0={}\n@gw1={}\n@store0={}\n", port(), port(), port())
+}
+
+/// `manage = "..."` of host `name` in `management`.
+fn manage_line(management: &str, name: &str) -> String {
+    let at = management
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("@{name}=")))
+        .unwrap();
+    format!("manage = \"{at}\"\n")
+}
+
+/// `management` without its own notes, for a file.
+fn management_tables(management: &str) -> String {
+    management
+        .lines()
+        .filter(|l| !l.starts_with('@'))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 impl Site {
     fn new() -> Site {
+        Site::with(None)
+    }
+
+    /// With a central manager, its state kept in the site's directory.
+    fn managed() -> Site {
+        Site::with(Some(management()))
+    }
+
+    fn with(management: Option<String>) -> Site {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("export")).unwrap();
         std::fs::write(dir.path().join("secret"), "lanes-test-secret-0123456789").unwrap();
+        let m = management.as_deref();
+        let manage_of = |name: &str| m.map(|m| manage_line(m, name)).unwrap_or_default();
+        let tables = m.map(management_tables).unwrap_or_default();
+        // What the server and the central manager read: the hosts by node
+        // id (their fabric addresses are not known yet, nor needed).
+        let manage_file = dir.path().join("manage.toml");
+        if m.is_some() {
+            let hosts: String = [("gw0", "gateway", 21), ("gw1", "gateway", 22)]
+                .iter()
+                .map(|(n, role, id)| {
+                    format!(
+                        "[[host]]\nname = \"{n}\"\nrole = \"{role}\"\nnode = {id}\n\
+                         fabric = \"127.0.0.1:1\"\n{}\n",
+                        manage_of(n)
+                    )
+                })
+                .collect();
+            let store = format!(
+                "[[host]]\nname = \"store0\"\nrole = \"storage\"\nnode = 10\n\
+                 storage = \"127.0.0.1:1\"\n{}\n",
+                manage_of("store0")
+            );
+            std::fs::write(&manage_file, hosts + &store + &tables).unwrap();
+        }
         let mut c = Command::new(EXE);
         c.args(["serve", "--listen", "127.0.0.1:0", "--node", "10"])
             .args(["--fabric", "127.0.0.1:0", "--sink", "--shm-dir"])
             .arg(dir.path())
             .arg("--secret-file")
-            .arg(dir.path().join("secret"))
-            .arg(dir.path().join("export"));
+            .arg(dir.path().join("secret"));
+        if m.is_some() {
+            c.arg("--cluster").arg(&manage_file);
+        }
+        c.arg(dir.path().join("export"));
         let server = Peer::spawn_cmd(c).expect("server starts");
         let fabric = server.fabric.expect("the server names its fabric address");
         let gateways: Vec<Peer> = (0..2)
@@ -55,32 +140,65 @@ name = "gw0"
 role = "gateway"
 node = 21
 fabric = "{}"
-
+{}
 [[host]]
 name = "gw1"
 role = "gateway"
 node = 22
 fabric = "{}"
-
+{}
 [[host]]
 name = "store0"
 role = "storage"
 node = 10
 storage = "{fabric}"
 files = "{}"
-
+{}
 [[lane]]
 gateways = ["gw0", "gw1"]
 storage = ["store0"]
-"#,
-            gateways[0].tcp, gateways[1].tcp, server.tcp
+
+{tables}"#,
+            gateways[0].tcp,
+            manage_of("gw0"),
+            gateways[1].tcp,
+            manage_of("gw1"),
+            server.tcp,
+            manage_of("store0"),
         );
         std::fs::write(dir.path().join("cluster.toml"), cluster).unwrap();
+        let central = m.map(|_| {
+            Command::new(EXE)
+                .args(["manage", "run"])
+                .arg(&manage_file)
+                .args(["--host", "boss", "--state-dir"])
+                .arg(dir.path().join("state"))
+                .arg("--secret-file")
+                .arg(dir.path().join("secret"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        });
         Site {
             dir,
             gateways,
             _server: server,
+            central,
         }
+    }
+
+    /// `macrolink manage ARGS` against the site's central manager.
+    fn manage(&self, args: &[&str]) -> Output {
+        Command::new(EXE)
+            .arg("manage")
+            .arg(args[0])
+            .arg(self.dir.path().join("manage.toml"))
+            .args(&args[1..])
+            .arg("--secret-file")
+            .arg(self.dir.path().join("secret"))
+            .output()
+            .unwrap()
     }
 
     fn export(&self, name: &str) -> PathBuf {
@@ -315,4 +433,109 @@ fn iobench_through_the_lane_adds_up() {
     }
     let left = std::fs::read_dir(site.export("io")).unwrap().count();
     assert_eq!(left, 0, "iobench leaves nothing behind");
+}
+
+/// Uploads `src` as `name0`, `name1`, ... until `done` accepts `cp`'s
+/// output, for at most ten seconds (an exclusion reaches the server within
+/// a watch period); the output and the name of the last.
+fn cp_until(
+    site: &Site,
+    src: &Path,
+    name: &str,
+    done: impl Fn(&Output) -> bool,
+) -> (Output, String) {
+    let until = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        let to = format!("{name}{i}");
+        let out = site.run(&[src.to_str().unwrap(), &format!("ml://store0/{to}")]);
+        if done(&out) || Instant::now() > until {
+            return (out, to);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    unreachable!()
+}
+
+#[test]
+fn an_excluded_gateway_carries_nothing_more_and_an_excluded_storage_host_takes_no_new_work() {
+    let site = Site::managed();
+    let size = 48usize << 20;
+    let data = pattern(size, 13);
+    let src = site.local("ex");
+    std::fs::write(&src, &data).unwrap();
+    // The central manager answers before anything is asked of it.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !site.manage(&["status"]).status.success() {
+        assert!(Instant::now() < until, "the central manager never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // An upload paced to two seconds; gw0 excluded a quarter of the way.
+    let mut child = site
+        .cp(&[
+            "--limit-rate",
+            "24MB",
+            "--chunk",
+            "256KiB",
+            src.to_str().unwrap(),
+            "ml://store0/ex",
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_bytes(&site.export(".ex.ml-part"), size as u64 / 4);
+    let ex = site.manage(&["exclude", "gw0", "--reason", "bad cable"]);
+    assert!(
+        ex.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ex.stderr)
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the upload ended before gw0 was excluded: nothing was tested"
+    );
+    let up = finish(child);
+    assert!(up.status.success(), "{}", stderr(&up));
+    assert!(std::fs::read(site.export("ex")).unwrap() == data);
+    let per = carried(&up);
+    let of = |gw: u32| per.iter().find(|p| p.0 == gw).map_or(0, |p| p.1);
+    let total = (size as u64).div_ceil(256 << 10);
+    assert!(
+        of(21) > 0 && of(21) < total / 2 && of(21) + of(22) >= total,
+        "gw0 carried until it was excluded, gw1 the rest: {per:?}"
+    );
+    // New transfers, both ways, leave gw0 out from the start.
+    let back = site.local("ex.back");
+    for args in [
+        [src.to_str().unwrap(), "ml://store0/ex2"],
+        ["ml://store0/ex", back.to_str().unwrap()],
+    ] {
+        let o = site.run(&["--chunk", "256KiB", args[0], args[1]]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(carried(&o), [(22, total)], "{args:?}");
+    }
+    assert!(std::fs::read(&back).unwrap() == data);
+    // The storage host excluded: refused with a clear error, nothing written.
+    let ex = site.manage(&["exclude", "store0", "--reason", "disk errors"]);
+    assert!(
+        ex.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ex.stderr)
+    );
+    let (refused, no) = cp_until(&site, &src, "no", |o| !o.status.success());
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("excluded by the cluster's central manager"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!site.export(&no).exists() && !site.export(&format!(".{no}.ml-part")).exists());
+    // Taken back, it works again.
+    let inc = site.manage(&["include", "store0", "--reason", "disk replaced"]);
+    assert!(
+        inc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inc.stderr)
+    );
+    let (again, yes) = cp_until(&site, &src, "yes", |o| o.status.success());
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(std::fs::read(site.export(&yes)).unwrap() == data);
 }

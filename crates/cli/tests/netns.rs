@@ -41,7 +41,7 @@ fn two_gateways_with(fault: Fault, seed: u64) -> Option<macrolink_gwnet::client:
         &tb,
         2,
         &payload,
-        send_config(4, 100, 3),
+        &send_config(4, 100, 3),
         Some(fault),
         1,
     )
@@ -88,7 +88,7 @@ fn a_gateway_with_two_storage_links_uses_both() {
         &tb,
         1,
         &payload,
-        send_config(4, 100, 3),
+        &send_config(4, 100, 3),
         None,
         1,
     )
@@ -180,7 +180,7 @@ fn a_storage_link_gone_dark_mid_transfer_loses_nothing() {
         &tb,
         1,
         &payload,
-        send_config(4, 100, 3),
+        &send_config(4, 100, 3),
         Some(Fault::LinkDown(1.0 / 3.0, 0)),
         1,
     )

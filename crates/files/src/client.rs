@@ -33,6 +33,9 @@ pub struct ClientOptions {
     /// Contact addresses of servers by host name (from a cluster file):
     /// `ml://store0/...` reaches the one named `store0`.
     pub hosts: HashMap<String, SocketAddr>,
+    /// Hosts the cluster's central manager has excluded: their gateways
+    /// carry nothing.
+    pub excluded: Option<macrolink_manage::excluded::Excluded>,
 }
 
 impl Default for ClientOptions {
@@ -42,6 +45,7 @@ impl Default for ClientOptions {
             no_shm: false,
             lanes: HashMap::new(),
             hosts: HashMap::new(),
+            excluded: None,
         }
     }
 }
@@ -176,12 +180,20 @@ impl Client {
         self.lane.as_ref()
     }
 
-    fn lane_request(&self, ep: u32, key: u64) -> Option<proto::Lane> {
-        self.lane.as_ref().map(|l| proto::Lane {
-            gateways: l.gateways.iter().map(|(g, _)| (g.node, g.ep)).collect(),
+    /// The gateways of the lane in use now (none excluded), and the
+    /// request that names them to the server.
+    fn lane_request(&self, ep: u32, key: u64) -> (Vec<Addr>, Option<proto::Lane>) {
+        let gws = self
+            .lane
+            .as_ref()
+            .map(lane::Route::live)
+            .unwrap_or_default();
+        let req = self.lane.as_ref().map(|_| proto::Lane {
+            gateways: gws.iter().map(|g| (g.node, g.ep)).collect(),
             ep,
             key,
-        })
+        });
+        (gws, req)
     }
 
     fn call(&mut self, req: &Request) -> Result<Reply> {
@@ -324,12 +336,13 @@ impl Client {
         let t0 = Instant::now();
         let mut ep = self.node.open(self.ep_id(), lane::endpoint_config())?;
         let key = crate::auth::random_key().map_err(connection("making a transfer key"))?;
+        let (gws, lane) = self.lane_request(ep.addr().ep, key);
         let (size, len, from) = match self.call(&Request::Get {
             path: path.into(),
             shape,
             streams: Vec::new(),
             verify: !shared.no_digests,
-            lane: self.lane_request(ep.addr().ep, key),
+            lane,
         })? {
             Reply::Sending { size, len, ep } => (size, len, ep),
             r => return Err(unexpected(r)),
@@ -344,12 +357,6 @@ impl Client {
         } else {
             sink
         };
-        let gws: Vec<Addr> = self
-            .lane
-            .iter()
-            .flat_map(|l| &l.gateways)
-            .map(|g| g.0)
-            .collect();
         let far = lane::Far {
             gateways: &gws,
             peer: Addr::new(self.server.node, from),
@@ -404,6 +411,10 @@ impl Client {
             None => None,
         };
         let n = if lane_ep.is_some() { 1 } else { streams.max(1) };
+        let (gws, lane) = match &lane_ep {
+            Some(ep) => self.lane_request(ep.addr().ep, 0),
+            None => (Vec::new(), None),
+        };
         let ends = match self.call(&Request::Put {
             path: path.into(),
             size,
@@ -412,9 +423,7 @@ impl Client {
             sync,
             landing,
             verify: !shared.no_digests,
-            lane: lane_ep
-                .as_ref()
-                .and_then(|ep| self.lane_request(ep.addr().ep, 0)),
+            lane,
         })? {
             Reply::Receiving { streams } if streams.len() == n as usize => streams,
             r => return Err(unexpected(r)),
@@ -423,13 +432,12 @@ impl Client {
         let (peer, transport) = (self.server.node, self.transport);
         let mut carried = None;
         let results = if let (Some(ep), Some(route)) = (lane_ep.as_mut(), &self.lane) {
-            let gws: Vec<Addr> = route.gateways.iter().map(|g| g.0).collect();
             let far = lane::Far {
                 gateways: &gws,
                 peer: Addr::new(peer, ends[0].ep),
                 key: ends[0].key,
             };
-            let sent = lane::send(ep, far, &shape, source, shared, route.send);
+            let sent = lane::send(ep, far, &shape, source, shared, route.send.clone());
             vec![sent.map(|(d, c)| {
                 carried = Some(c);
                 d

@@ -135,7 +135,7 @@ impl Error {
 fn code_exit(code: Code) -> i32 {
     match code {
         Code::NotFound => exit::NOT_FOUND,
-        Code::Auth | Code::Escape | Code::ReadOnly | Code::Denied => exit::REFUSED,
+        Code::Auth | Code::Escape | Code::ReadOnly | Code::Denied | Code::Excluded => exit::REFUSED,
         Code::Exists | Code::NotEmpty | Code::WrongKind => exit::CONFLICT,
         Code::NoSpace => exit::NO_SPACE,
         Code::Busy => exit::BUSY,

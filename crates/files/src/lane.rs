@@ -35,6 +35,23 @@ pub struct Route {
     pub send: SendConfig,
 }
 
+impl Route {
+    /// The gateways not excluded by the central manager now.
+    pub fn live(&self) -> Vec<Addr> {
+        let out = |a: &Addr| {
+            self.send
+                .excluded
+                .as_ref()
+                .is_some_and(|x| x.contains(a.node))
+        };
+        self.gateways
+            .iter()
+            .map(|g| g.0)
+            .filter(|a| !out(a))
+            .collect()
+    }
+}
+
 /// Adds what cluster `c` says to `opts`: the contact address of each
 /// storage host's file service by host name, and for each one that a lane
 /// serves, the route through that lane's gateways.
@@ -53,7 +70,10 @@ pub fn add_routes(c: &Cluster, opts: &mut crate::ClientOptions) {
             files,
             Route {
                 gateways,
-                send: SendConfig::from_cluster(c),
+                send: SendConfig {
+                    excluded: opts.excluded.clone(),
+                    ..SendConfig::from_cluster(c)
+                },
             },
         );
     }

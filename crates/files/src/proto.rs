@@ -353,6 +353,8 @@ pub enum Code {
     Lost,
     /// Any other I/O error.
     Io,
+    /// The host is excluded by the cluster's central manager.
+    Excluded,
 }
 
 /// What a server answers.

@@ -3,6 +3,7 @@
 
 use macrolink_fabric::gate::{self, Gate, Source, Timed};
 use macrolink_fabric::{Node, NodeConfig};
+use macrolink_manage::excluded::Excluded;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -86,6 +87,10 @@ pub struct ServeConfig {
     /// The fabric node's id and TCP address, when the cluster names them
     /// (gateways reach the server there); a random id and any port else.
     pub fabric: Option<(u32, SocketAddr)>,
+    /// Hosts the cluster's central manager has excluded: while this host
+    /// (its fabric node) is among them, no new file is opened; gateways
+    /// among them carry none of its data.
+    pub excluded: Option<Excluded>,
 }
 
 impl ServeConfig {
@@ -114,6 +119,7 @@ impl ServeConfig {
                 h.node,
                 h.listen().ok_or_else(|| missing("storage address"))?,
             )),
+            excluded: None,
         })
     }
 }
@@ -134,6 +140,7 @@ struct Shared {
     next_ep: AtomicU32,
     clients: Mutex<HashMap<IpAddr, Usage>>,
     handshakes: Gate,
+    excluded: Option<Excluded>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -181,8 +188,20 @@ impl Shared {
         }
     }
 
-    /// Counts an open file of `ip`; the guard gives it back.
+    /// Counts an open file of `ip`; the guard gives it back. Refused while
+    /// the central manager excludes this host.
     fn open_file(self: &Arc<Self>, ip: IpAddr) -> Result<OpenFile, Failure> {
+        let me = self.node.id();
+        if self.excluded.as_ref().is_some_and(|x| x.contains(me)) {
+            return Err(Failure::new(
+                Code::Excluded,
+                format!(
+                    "this storage host (node {me}) is excluded by the cluster's central \
+                     manager and takes no new work; `macrolink manage status` says why, \
+                     `macrolink manage include HOST` takes it back"
+                ),
+            ));
+        }
         let mut u = self.usage();
         let mine = u.entry(ip).or_default();
         if mine.open_files >= self.limits.open_files_per_client {
@@ -266,6 +285,7 @@ impl Server {
                     per_source: cfg.limits.handshakes_per_client,
                     time: cfg.limits.handshake_time,
                 }),
+                excluded: cfg.excluded,
             }),
         })
     }

@@ -12,6 +12,9 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+use macrolink_fabric::seal::Seal;
+use macrolink_manage::excluded::Excluded;
+
 use crate::auth::Secret;
 use crate::client::{Client, ClientOptions};
 use crate::copy::Location;
@@ -60,6 +63,7 @@ impl ClientSetup {
         if let Some(p) = &self.cluster {
             let c = macrolink_cluster::Cluster::load(p)
                 .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
+            opts.excluded = self.secret().ok().and_then(|s| watch_excluded(&c, &s));
             lane::add_routes(&c, &mut opts);
         }
         Ok(opts)
@@ -81,6 +85,30 @@ impl ClientSetup {
             ))),
         }
     }
+}
+
+/// How often a process asks the central manager which hosts are excluded.
+pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The hosts the central manager of cluster file `c` has excluded, kept up
+/// to date by one thread per process (for the first cluster file that
+/// names a central manager); `None` when `c` names none.
+pub fn watch_excluded(c: &macrolink_cluster::Cluster, secret: &Secret) -> Option<Excluded> {
+    static WATCH: std::sync::OnceLock<Option<Excluded>> = std::sync::OnceLock::new();
+    c.manage.central.as_ref()?;
+    WATCH
+        .get_or_init(|| {
+            let seal = Seal::new(
+                secret
+                    .fabric_key()
+                    .derive(macrolink_managenet::SEAL_CONTEXT),
+            );
+            macrolink_managenet::watch_excluded(c, seal, WATCH_EVERY).unwrap_or_else(|e| {
+                tracing::warn!("not watching the central manager's exclusions: {e}");
+                None
+            })
+        })
+        .clone()
 }
 
 /// Whether the environment names a secret.

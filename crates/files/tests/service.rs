@@ -65,6 +65,7 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
         limits,
         shm_dir: dir.path().join("shm"),
         fabric: None,
+        excluded: None,
     })
     .unwrap();
     let addr = server.local_addr().unwrap().to_string();

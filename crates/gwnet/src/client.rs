@@ -7,12 +7,13 @@ use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
 use macrolink_gateway::lanes::Lanes;
 use macrolink_gateway::msg::{encode_chunk_head, Msg, CHUNK_HEADER};
 use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
+use macrolink_manage::excluded::Excluded;
 use std::time::Duration;
 
 use crate::to_pair;
 
 /// Settings of a send.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SendConfig {
     /// Chunking and retransmission.
     pub stripe: StripeConfig,
@@ -25,6 +26,10 @@ pub struct SendConfig {
     /// Give up when no chunk is acknowledged for this long (nanoseconds;
     /// 0: never).
     pub patience: u64,
+    /// Hosts the central manager has excluded: a gateway among them is
+    /// taken out of use as soon as it is (and not dialled at all), by
+    /// every transfer that shares the set.
+    pub excluded: Option<Excluded>,
 }
 
 /// How long a transfer may hear no acknowledgement before it fails rather
@@ -50,6 +55,7 @@ impl SendConfig {
             },
             pinned: false,
             patience: PATIENCE,
+            excluded: None,
         }
     }
 }
@@ -85,6 +91,8 @@ struct Gateways {
     addrs: Vec<Addr>,
     targets: Vec<Option<Target>>,
     lanes: Lanes,
+    /// Taken out of use because the central manager excluded them.
+    fenced: Vec<bool>,
 }
 
 impl Gateways {
@@ -104,11 +112,33 @@ impl Gateways {
         }
     }
 
+    /// Takes the gateways `excluded` names out of use, once per change of
+    /// the set (`seen` is the generation last acted on). They stay out for
+    /// this transfer.
+    fn fence(&mut self, excluded: Option<&Excluded>, seen: &mut u64, striper: &mut Striper) {
+        let Some(x) = excluded else { return };
+        let g = x.generation();
+        if g == *seen {
+            return;
+        }
+        *seen = g;
+        for gw in 0..self.addrs.len() {
+            if x.contains(self.addrs[gw].node) && self.lanes.down(gw, clock_ns(), striper) {
+                self.targets[gw] = None;
+                self.fenced[gw] = true;
+                tracing::info!(
+                    "gateway {} excluded by the central manager: out of use",
+                    self.addrs[gw]
+                );
+            }
+        }
+    }
+
     /// The connection to `gw`, dialled if there is none and the last
     /// attempt is long enough ago.
     fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
         let now = clock_ns();
-        if self.targets[gw].is_none() && self.lanes.may_dial(gw, now) {
+        if self.targets[gw].is_none() && !self.fenced[gw] && self.lanes.may_dial(gw, now) {
             self.targets[gw] = ep
                 .target_via(self.addrs[gw], Mode::Reliable, Transport::Tcp)
                 .ok();
@@ -247,9 +277,12 @@ pub fn stripe(
         addrs: gateways.to_vec(),
         targets: vec![None; n],
         lanes: Lanes::new(n),
+        fenced: vec![false; n],
     };
+    let mut fence_seen = u64::MAX;
+    gws.fence(cfg.excluded.as_ref(), &mut fence_seen, &mut striper);
     for gw in 0..n {
-        if gws.target(ep, gw).is_none() {
+        if !gws.fenced[gw] && gws.target(ep, gw).is_none() {
             gws.down(gw, &mut striper, None);
         }
     }
@@ -267,6 +300,7 @@ pub fn stripe(
     let mut events = Vec::new();
     let (mut acked, mut last_ack, mut longest) = (0u64, start, 0u64);
     while !striper.is_complete() {
+        gws.fence(cfg.excluded.as_ref(), &mut fence_seen, &mut striper);
         let now = clock_ns();
         // Answers read last pass may have left an Up in `events`: keep it.
         health.poll(now, &mut events);

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod detect;
+pub mod excluded;
 pub mod lease;
 pub mod policy;
 

@@ -401,6 +401,17 @@ impl Central {
         }
     }
 
+    /// The node ids of the hosts excluded now.
+    pub fn excluded_nodes(&self) -> Vec<u32> {
+        self.policy
+            .state()
+            .hosts
+            .iter()
+            .filter(|(_, r)| r.state == HostState::Excluded)
+            .filter_map(|(name, _)| self.node_of(name))
+            .collect()
+    }
+
     /// Whether host `name` is excluded now.
     pub fn excluded(&self, name: &str) -> bool {
         self.policy

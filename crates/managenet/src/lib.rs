@@ -29,7 +29,7 @@ use macrolink_manage::detect::DetectConfig;
 use macrolink_manage::lease::LeaseConfig;
 use macrolink_manage::policy::PolicyConfig;
 use macrolink_manage::{Nanos, MS, SEC};
-use macrolink_wire::manage::{Body, Message, OrderKind};
+use macrolink_wire::manage::{Body, Message, Nodes, OrderKind};
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -443,7 +443,9 @@ impl Station {
             // Requests from operators come from anywhere: only recent ones
             // are answered, so that a replay cannot turn the station into
             // an amplifier for long.
-            Body::Order { sent_ms, .. } | Body::Status { sent_ms, .. }
+            Body::Order { sent_ms, .. }
+            | Body::Status { sent_ms, .. }
+            | Body::Fenced { sent_ms, .. }
                 if wall().abs_diff(sent_ms.saturating_mul(1_000_000)) > REQUEST_AGE =>
             {
                 tracing::debug!("{src}: a request sent too long ago; dropped");
@@ -483,8 +485,101 @@ impl Station {
                     src,
                 );
             }
-            Body::Reply { .. } => {}
+            Body::Fenced { nonce, .. } => {
+                // Not the central manager: no answer (the asker tries
+                // again; a watcher keeps what it knew).
+                if let Some(c) = &self.central {
+                    let packed = Nodes::pack(c.excluded_nodes());
+                    if let Some(nodes) = Nodes::new(&packed) {
+                        self.reply(Body::Excluded { nonce, nodes }, src);
+                    }
+                }
+            }
+            Body::Reply { .. } | Body::Excluded { .. } => {}
         }
+    }
+}
+
+/// A socket to the central manager of a cluster, for requests.
+#[derive(Debug)]
+struct Asker {
+    sock: UdpSocket,
+    central: SocketAddr,
+    seal: Seal,
+}
+
+impl Asker {
+    fn new(c: &Cluster, seal: Seal) -> io::Result<Asker> {
+        let central = c
+            .manage
+            .central
+            .as_deref()
+            .and_then(|n| c.host(n))
+            .and_then(|h| h.manage)
+            .ok_or_else(|| {
+                io::Error::other(
+                    "the cluster file names no central manager with a `manage` address",
+                )
+            })?;
+        let bind: SocketAddr = if central.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        }
+        .parse()
+        .map_err(io::Error::other)?;
+        Ok(Asker {
+            sock: UdpSocket::bind(bind)?,
+            central,
+            seal,
+        })
+    }
+
+    /// Sends `body(nonce, sent_ms)` now and then until `take` accepts an
+    /// answer carrying the nonce, for at most `wait`.
+    fn ask<'a, T>(
+        &self,
+        body: impl Fn(u64, u64) -> Body<'a>,
+        take: impl Fn(u64, Body<'_>) -> Option<T>,
+        wait: Duration,
+    ) -> io::Result<T> {
+        let nonce: u64 = rand::random();
+        let sent_ms = wall() / 1_000_000;
+        let mut msg = Message {
+            from: 0,
+            body: body(nonce, sent_ms),
+        }
+        .encode()
+        .ok_or_else(|| io::Error::other("the request is over a limit"))?;
+        let n = msg.len();
+        msg.resize(n + TAG_LEN, 0);
+        let n = self.seal.close(&mut msg, n);
+        let until = Instant::now() + wait;
+        let mut buf = vec![0u8; 65_536];
+        while Instant::now() < until {
+            self.sock.send_to(&msg[..n], self.central)?;
+            let again = (Instant::now() + Duration::from_millis(300)).min(until);
+            while let Some(left) = again.checked_duration_since(Instant::now()) {
+                self.sock
+                    .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+                let Ok((len, _)) = self.sock.recv_from(&mut buf) else {
+                    break;
+                };
+                let Some(p) = self.seal.open(&buf[..len]) else {
+                    continue;
+                };
+                if let Some(t) = Message::decode(p).ok().and_then(|m| take(nonce, m.body)) {
+                    return Ok(t);
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "no answer from the central manager at {} within {wait:?}",
+                self.central
+            ),
+        ))
     }
 }
 
@@ -497,67 +592,60 @@ pub fn ask<'a>(
     body: impl Fn(u64, u64) -> Body<'a>,
     wait: Duration,
 ) -> io::Result<(bool, String)> {
-    let central = c
-        .manage
-        .central
-        .as_deref()
-        .and_then(|n| c.host(n))
-        .and_then(|h| h.manage)
-        .ok_or_else(|| {
-            io::Error::other("the cluster file names no central manager with a `manage` address")
-        })?;
-    let bind: SocketAddr = if central.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
+    Asker::new(c, seal.clone())?.ask(
+        body,
+        |nonce, b| match b {
+            Body::Reply {
+                nonce: got,
+                ok,
+                text,
+            } if got == nonce => Some((ok, text.to_string())),
+            _ => None,
+        },
+        wait,
+    )
+}
+
+/// Keeps a set of the hosts the central manager of `c` has excluded,
+/// asking it every `every` on a thread of its own (an answer lost or late
+/// leaves the set as it was). `None` when the file names no central
+/// manager.
+pub fn watch_excluded(
+    c: &Cluster,
+    seal: Seal,
+    every: Duration,
+) -> io::Result<Option<macrolink_manage::excluded::Excluded>> {
+    if c.manage.central.is_none() {
+        return Ok(None);
     }
-    .parse()
-    .map_err(io::Error::other)?;
-    let sock = UdpSocket::bind(bind)?;
-    let nonce: u64 = rand::random();
-    let sent_ms = wall() / 1_000_000;
-    let mut msg = Message {
-        from: 0,
-        body: body(nonce, sent_ms),
-    }
-    .encode()
-    .ok_or_else(|| io::Error::other("the request is over a limit"))?;
-    let n = msg.len();
-    msg.resize(n + TAG_LEN, 0);
-    let n = seal.close(&mut msg, n);
-    let until = Instant::now() + wait;
-    let mut buf = vec![0u8; 65_536];
-    while Instant::now() < until {
-        sock.send_to(&msg[..n], central)?;
-        sock.set_read_timeout(Some(Duration::from_millis(300)))?;
-        let again = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < again {
-            let Ok((len, _)) = sock.recv_from(&mut buf) else {
-                break;
-            };
-            let Some(p) = seal.open(&buf[..len]) else {
-                continue;
-            };
-            if let Ok(Message {
-                body:
-                    Body::Reply {
-                        nonce: got,
-                        ok,
-                        text,
-                    },
-                ..
-            }) = Message::decode(p)
-            {
-                if got == nonce {
-                    return Ok((ok, text.to_string()));
+    let asker = Asker::new(c, seal)?;
+    let set = macrolink_manage::excluded::Excluded::new();
+    let keep = set.clone();
+    std::thread::Builder::new()
+        .name("ml-excluded".into())
+        .spawn(move || loop {
+            let began = Instant::now();
+            let got = asker.ask(
+                |nonce, sent_ms| Body::Fenced { nonce, sent_ms },
+                |nonce, b| match b {
+                    Body::Excluded { nonce: got, nodes } if got == nonce => {
+                        Some(nodes.iter().collect())
+                    }
+                    _ => None,
+                },
+                every,
+            );
+            match got {
+                Ok(nodes) => {
+                    if keep.replace(nodes) {
+                        tracing::info!("excluded by the central manager: {:?}", keep.nodes());
+                    }
                 }
+                Err(e) => tracing::debug!("{e}"),
             }
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::TimedOut,
-        format!("no answer from the central manager at {central} within {wait:?}"),
-    ))
+            std::thread::sleep(every.saturating_sub(began.elapsed()));
+        })?;
+    Ok(Some(set))
 }
 
 /// The order kinds by name, for the command line.

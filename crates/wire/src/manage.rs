@@ -14,6 +14,8 @@
 //!  Order     nonce u64, sent_ms u64, host u32, order u8, text    operator to central
 //!  Status    nonce u64, sent_ms u64         ask the central for its state
 //!  Reply     nonce u64, ok u8, text         central's answer (JSON or a reason)
+//!  Fenced    nonce u64, sent_ms u64         ask the central which hosts are excluded
+//!  Excluded  nonce u64, count u16, node u32 × count    its answer
 //!  text: len u16, UTF-8 bytes
 //! ```
 
@@ -25,6 +27,8 @@ pub const MANAGE_VERSION: u8 = 1;
 pub const MAX_TEXT: usize = 512;
 /// Longest reply text (a status in JSON): one datagram.
 pub const MAX_REPLY: usize = 60_000;
+/// Most hosts one answer names as excluded.
+pub const MAX_EXCLUDED: usize = 8192;
 
 /// What is wrong with a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +91,40 @@ pub enum OrderKind {
     Exclude,
     /// Include it again.
     Include,
+}
+
+/// Node ids packed as they travel (little-endian u32 each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nodes<'a>(&'a [u8]);
+
+impl<'a> Nodes<'a> {
+    /// `nodes` packed, for [`Nodes::new`].
+    pub fn pack(nodes: impl IntoIterator<Item = u32>) -> Vec<u8> {
+        nodes.into_iter().flat_map(u32::to_le_bytes).collect()
+    }
+
+    /// The node ids packed in `b` (by [`Nodes::pack`]); `None` when its
+    /// length is no whole number of them or over [`MAX_EXCLUDED`].
+    pub fn new(b: &'a [u8]) -> Option<Nodes<'a>> {
+        (b.len() % 4 == 0 && b.len() / 4 <= MAX_EXCLUDED).then_some(Nodes(b))
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len() / 4
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The node ids.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        self.0
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
 }
 
 /// What a message carries.
@@ -181,6 +219,20 @@ pub enum Body<'a> {
         /// The state in JSON, or the reason.
         text: &'a str,
     },
+    /// Asks the central manager which hosts are excluded.
+    Fenced {
+        /// Echoed in the answer.
+        nonce: u64,
+        /// When it was sent, wall-clock milliseconds (old ones are refused).
+        sent_ms: u64,
+    },
+    /// The hosts excluded now.
+    Excluded {
+        /// The request's nonce.
+        nonce: u64,
+        /// Their node ids.
+        nodes: Nodes<'a>,
+    },
 }
 
 /// A message: its sender and what it carries.
@@ -245,6 +297,8 @@ impl<'a> Message<'a> {
             Body::Order { .. } => 7,
             Body::Status { .. } => 8,
             Body::Reply { .. } => 9,
+            Body::Fenced { .. } => 10,
+            Body::Excluded { .. } => 11,
         };
         b.push(kind);
         b.extend_from_slice(&self.from.to_le_bytes());
@@ -320,6 +374,15 @@ impl<'a> Message<'a> {
                 b.extend_from_slice(&nonce.to_le_bytes());
                 b.push(u8::from(ok));
                 text(&mut b, t, MAX_REPLY)?;
+            }
+            Body::Fenced { nonce, sent_ms } => {
+                b.extend_from_slice(&nonce.to_le_bytes());
+                b.extend_from_slice(&sent_ms.to_le_bytes());
+            }
+            Body::Excluded { nonce, nodes } => {
+                b.extend_from_slice(&nonce.to_le_bytes());
+                b.extend_from_slice(&(nodes.len() as u16).to_le_bytes());
+                b.extend_from_slice(nodes.0);
             }
         }
         Some(b)
@@ -410,6 +473,20 @@ impl<'a> Message<'a> {
                 },
                 text: r.text(MAX_REPLY)?,
             },
+            10 => Body::Fenced {
+                nonce: r.u64()?,
+                sent_ms: r.u64()?,
+            },
+            11 => Body::Excluded {
+                nonce: r.u64()?,
+                nodes: {
+                    let n = r.u16()? as usize;
+                    if n > MAX_EXCLUDED {
+                        return Err(ManageError::Oversize);
+                    }
+                    Nodes(r.take(n * 4)?)
+                },
+            },
             x => return Err(ManageError::Unknown(x)),
         };
         if r.at != b.len() {
@@ -467,6 +544,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const PACKED: [u8; 8] = [21, 0, 0, 0, 0, 1, 0, 0];
+
     fn every_kind() -> Vec<Message<'static>> {
         let from = 7;
         [
@@ -512,6 +591,14 @@ mod tests {
                 nonce: 78,
                 ok: true,
                 text: "{\"hosts\":{}}",
+            },
+            Body::Fenced {
+                nonce: 79,
+                sent_ms: 1_790_000_000_002,
+            },
+            Body::Excluded {
+                nonce: 79,
+                nodes: Nodes::new(&PACKED).unwrap(),
             },
         ]
         .into_iter()
@@ -560,6 +647,23 @@ mod tests {
         let mut b = ok.encode().unwrap();
         let at = b.len() - 3;
         b[at..at + 2].copy_from_slice(&((MAX_TEXT + 1) as u16).to_le_bytes());
+        assert_eq!(Message::decode(&b), Err(ManageError::Oversize));
+    }
+
+    #[test]
+    fn excluded_nodes_travel_in_order_and_a_list_over_the_limit_is_refused() {
+        let packed = Nodes::pack([21, 256, u32::MAX]);
+        let nodes = Nodes::new(&packed).unwrap();
+        assert_eq!(nodes.iter().collect::<Vec<_>>(), [21, 256, u32::MAX]);
+        assert!(Nodes::new(&packed[1..]).is_none(), "not whole ids");
+        let big = Nodes::pack(0..=MAX_EXCLUDED as u32);
+        assert!(Nodes::new(&big).is_none(), "over the limit");
+        let m = Message {
+            from: 1,
+            body: Body::Excluded { nonce: 5, nodes },
+        };
+        let mut b = m.encode().unwrap();
+        b[16..18].copy_from_slice(&(MAX_EXCLUDED as u16 + 1).to_le_bytes());
         assert_eq!(Message::decode(&b), Err(ManageError::Oversize));
     }
 

@@ -260,7 +260,10 @@ impl Session {
                 peer: Addr::new(self.client.node, lane.ep),
                 key: lane.key,
             };
-            let cfg = SendConfig::default();
+            let cfg = SendConfig {
+                excluded: self.shared.excluded.clone(),
+                ..SendConfig::default()
+            };
             let sent = lane::send(&mut ep, far, shape, file, &shared, cfg);
             match gather(shape, vec![sent.map(|(d, _)| d)]) {
                 Ok(digest) => Reply::Sent {
