@@ -106,7 +106,7 @@ impl<'a> Nodes<'a> {
     /// The node ids packed in `b` (by [`Nodes::pack`]); `None` when its
     /// length is no whole number of them or over [`MAX_EXCLUDED`].
     pub fn new(b: &'a [u8]) -> Option<Nodes<'a>> {
-        (b.len() % 4 == 0 && b.len() / 4 <= MAX_EXCLUDED).then_some(Nodes(b))
+        (b.len().is_multiple_of(4) && b.len() / 4 <= MAX_EXCLUDED).then_some(Nodes(b))
     }
 
     /// How many.
