@@ -243,7 +243,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         verify: !a.no_verify,
         client: a.client.setup().options()?,
     };
-    let mut copier = Copier::new(a.client.secret.load()?, opts);
+    let mut copier = Copier::new(a.client.setup().secret()?, opts);
     let progress = copier.progress.clone();
     let show = !a.quiet && std::io::stderr().is_terminal();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

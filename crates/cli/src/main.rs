@@ -12,6 +12,7 @@ mod manual;
 mod plan;
 mod relay;
 mod roles;
+mod supervise;
 mod up;
 
 use clap::{Parser, Subcommand};

@@ -44,6 +44,11 @@ enum Command {
         /// a status page (/) and the state (/status.json) at this address.
         #[arg(long)]
         metrics: Option<std::net::SocketAddr>,
+        /// On the central manager: the command that resets a host when the
+        /// cluster file sets no `reset_command` ({host} and {reason} put
+        /// in); `macrolink up` restarts the processes it runs with it.
+        #[arg(long)]
+        reset_command: Option<String>,
         #[command(flatten)]
         secret: SecretArgs,
         #[command(flatten)]
@@ -109,6 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             host,
             state_dir,
             metrics,
+            reset_command,
             secret,
             child,
         } => {
@@ -117,6 +123,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let name = c.me(host.as_deref())?.name.clone();
             let dir = state_dir.unwrap_or_else(macrolink_managenet::default_state_dir);
             let mut station = Station::bind(&c, &name, seal, dir)?;
+            if let Some(cmd) = reset_command {
+                station.reset_by_default(cmd);
+            }
             if let Some(at) = metrics {
                 let l =
                     std::net::TcpListener::bind(at).with_context(|| format!("--metrics {at}"))?;
@@ -201,8 +210,16 @@ fn seal() -> anyhow::Result<Seal> {
 /// Runs host `host`'s management roles of `c` on a thread of this process
 /// (`macrolink node` for a host with a `manage` address), for as long as
 /// the process lives.
-pub fn spawn(c: &Cluster, host: &str, state_dir: PathBuf) -> anyhow::Result<()> {
+pub fn spawn(
+    c: &Cluster,
+    host: &str,
+    state_dir: PathBuf,
+    reset_command: Option<String>,
+) -> anyhow::Result<()> {
     let mut station = Station::bind(c, host, seal()?, state_dir)?;
+    if let Some(cmd) = reset_command {
+        station.reset_by_default(cmd);
+    }
     std::thread::Builder::new()
         .name("ml-manage".into())
         .spawn(move || {

@@ -11,8 +11,10 @@ use macrolink_gwnet::check::{node_config, PathCheck};
 use macrolink_gwnet::done::{self, Pending};
 use macrolink_testbed::data::pattern;
 use macrolink_testbed::ready::Line;
-use macrolink_testbed::Peer;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use crate::supervise::Hosts;
 
 #[derive(Debug, ClapArgs)]
 pub struct UpArgs {
@@ -47,6 +49,20 @@ pub struct NodeArgs {
     /// ~/.local/state/macrolink/manage)
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Directory where fabric nodes of this host meet (shared memory).
+    #[arg(long)]
+    shm_dir: Option<PathBuf>,
+    /// The directory a storage host's file service exports when the
+    /// cluster file names none.
+    #[arg(long)]
+    export: Option<PathBuf>,
+    /// When this host is the central manager: the command that resets a
+    /// host when the cluster file sets no `reset_command` ({host} and
+    /// {reason} put in).
+    #[arg(long)]
+    reset_command: Option<String>,
+    #[command(flatten)]
+    child: crate::args::ChildArgs,
 }
 
 fn load(path: &Path) -> anyhow::Result<Cluster> {
@@ -73,27 +89,6 @@ fn check(c: &Cluster, h: &Host, shm: &Path, mib: usize, files: bool) -> anyhow::
     Ok(ok)
 }
 
-/// Starts storage host `h` as one process: its file service, exporting
-/// `export`, on the host's fabric node, which also receives striped
-/// transfers.
-fn spawn_files(exe: &Path, h: &Host, export: &Path, shm: &Path) -> anyhow::Result<Peer> {
-    let listen = h.files.context("no files address")?;
-    let fabric = h.listen().context("no storage address")?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args([
-        "serve",
-        "--exit-with-parent",
-        "--listen",
-        &listen.to_string(),
-    ])
-    .args(["--node", &h.node.to_string()])
-    .args(["--fabric", &fabric.to_string(), "--sink"])
-    .arg(export)
-    .arg("--shm-dir")
-    .arg(shm);
-    Peer::spawn_cmd(cmd).with_context(|| format!("starting the file service of {}", h.name))
-}
-
 /// Starts every host of the cluster here and checks each path.
 pub fn up(a: UpArgs) -> anyhow::Result<()> {
     let cluster = match &a.cluster {
@@ -102,7 +97,10 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
-    // Every host here is a child of this process: a fresh secret each run.
+    // Every host here is a child of this process: the file's secret if it
+    // names one (so that `manage` and `cp` reach them with the file alone),
+    // else a fresh one each run.
+    macrolink_files::setup::secret_from_cluster(&cluster);
     macrolink_files::setup::fresh_secret_unless_set()?;
     // Ended by a signal: the hosts end with this process (they were
     // started with --exit-with-parent), and the scratch directory goes.
@@ -120,55 +118,15 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
             p
         }
     };
-    let mut hosts = Vec::new();
-    for h in cluster.hosts.iter().filter(|h| h.role != Role::Compute) {
-        let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
-        let p = match h.files {
-            None if h.role == Role::Relay => {
-                let mut cmd = std::process::Command::new(&exe);
-                cmd.arg("relay")
-                    .arg(&file)
-                    .args(["--host", &h.name, "--exit-with-parent"]);
-                let p = Peer::spawn_cmd(cmd).with_context(|| format!("starting {}", h.name))?;
-                eprintln!("{} (relay) up: far hosts dialled from {at}", h.name);
-                p
-            }
-            None => {
-                let args = macrolink_gwnet::check::role_args(&cluster, h);
-                let (role, extra) = args.split_first().context("role")?;
-                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let p = Peer::spawn_role(&exe, role, h.node, dir.path(), &extra)
-                    .with_context(|| format!("starting {}", h.name))?;
-                eprintln!("{} ({:?}, node {}) up at {at}", h.name, h.role, h.node);
-                p
-            }
-            Some(_) => {
-                let export = match &h.export {
-                    Some(e) => e.clone(),
-                    None => dir.path().join(format!("export-{}", h.name)),
-                };
-                std::fs::create_dir_all(&export)?;
-                let p = spawn_files(&exe, h, &export, dir.path())?;
-                eprintln!(
-                    "{} ({:?}, node {}) up at {at}; file service at ml://{}/ exporting {}",
-                    h.name,
-                    h.role,
-                    h.node,
-                    p.tcp,
-                    export.display()
-                );
-                p
-            }
-        };
-        hosts.push(p);
-    }
-    let stations = start_management(&exe, &cluster, &file, dir.path())?;
+    let mut hosts = Hosts::new(&exe, dir.path().join("resets"))?;
+    start_hosts(&hosts, &cluster, &file, dir.path())?;
+    hosts.watch()?;
     println!("{}", macrolink_gwnet::check::HEADER);
     let mut ok = true;
     for h in cluster.with_role(Role::Compute) {
         ok &= check(&cluster, h, dir.path(), a.mib, true)?;
     }
-    if !stations.is_empty() {
+    if !cluster.macros.is_empty() {
         match crate::manage::status_table(&cluster, std::time::Duration::from_secs(5)) {
             Ok(t) => eprintln!("\nmacro-cluster management (macrolink manage status):\n{t}"),
             Err(e) => eprintln!("macro-cluster management: no status: {e:#}"),
@@ -182,44 +140,64 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }
     drop(hosts);
-    for mut s in stations {
-        let _ = s.kill();
-        let _ = s.wait();
-    }
     anyhow::ensure!(ok, "some checks failed");
     Ok(())
 }
 
-/// Starts the management station of every host of `c` with a `manage`
-/// address, when `c` has macro-clusters: each host's agent, its group's
-/// manager and fallback, the central manager (state under `dir`).
-fn start_management(
-    exe: &Path,
-    c: &Cluster,
-    file: &Path,
-    dir: &Path,
-) -> anyhow::Result<Vec<std::process::Child>> {
-    if c.macros.is_empty() {
-        return Ok(Vec::new());
+/// Starts every host of `c` (read from `file`) here, but its compute
+/// hosts, whose checks this process runs: each gateway and storage host
+/// as one `macrolink node` process (its role and its management roles),
+/// each relay as `macrolink relay`, and the management station of every
+/// other host with a `manage` address. A reset from the central manager
+/// restarts a host's processes, unless the file sets a reset command of
+/// its own.
+fn start_hosts(hosts: &Hosts, c: &Cluster, file: &Path, dir: &Path) -> anyhow::Result<()> {
+    let managed = !c.macros.is_empty();
+    let os = |s: &[&str]| s.iter().map(OsString::from).collect::<Vec<_>>();
+    let state = dir.join("manage");
+    let management = |args: &mut Vec<OsString>| {
+        args.extend([OsString::from("--state-dir"), state.clone().into()]);
+        args.extend(os(&["--reset-command", &hosts.reset_command()]));
+    };
+    for h in &c.hosts {
+        let at = h.listen().map(|a| a.to_string()).unwrap_or_default();
+        if matches!(h.role, Role::Gateway | Role::Storage) {
+            let mut args = os(&["node", "--exit-with-parent", "--host", &h.name]);
+            args.extend([file.into(), "--shm-dir".into(), dir.into()]);
+            management(&mut args);
+            let export = match (&h.export, h.files) {
+                (None, Some(_)) => Some(dir.join(format!("export-{}", h.name))),
+                (e, _) => e.clone(),
+            };
+            if let Some(e) = &export {
+                std::fs::create_dir_all(e)?;
+                args.extend(["--export".into(), e.into()]);
+            }
+            hosts.start(&h.name, args, true)?;
+            eprintln!("{} ({:?}, node {}) up at {at}", h.name, h.role, h.node);
+            continue;
+        }
+        if h.role == Role::Relay {
+            let mut args = os(&["relay", "--exit-with-parent", "--host", &h.name]);
+            args.push(file.into());
+            hosts.start(&h.name, args, true)?;
+            eprintln!("{} (relay) up: far hosts dialled from {at}", h.name);
+        }
+        if managed && h.manage.is_some() {
+            let mut args = os(&["manage", "run", "--exit-with-parent", "--host", &h.name]);
+            args.push(file.into());
+            management(&mut args);
+            hosts.start(&h.name, args, false)?;
+        }
     }
-    let mut out = Vec::new();
-    for h in c.hosts.iter().filter(|h| h.manage.is_some()) {
-        let child = std::process::Command::new(exe)
-            .args(["manage", "run", "--exit-with-parent", "--host", &h.name])
-            .arg(file)
-            .arg("--state-dir")
-            .arg(dir.join("manage"))
-            .spawn()
-            .with_context(|| format!("starting the management of {}", h.name))?;
-        out.push(child);
+    if managed {
+        eprintln!(
+            "management up: {} macro-cluster(s), central manager on {}",
+            c.macros.len(),
+            c.manage.central.as_deref().unwrap_or("?")
+        );
     }
-    eprintln!(
-        "management up: {} agents, {} macro-cluster(s), central manager on {}",
-        out.len(),
-        c.macros.len(),
-        c.manage.central.as_deref().unwrap_or("?")
-    );
-    Ok(out)
+    Ok(())
 }
 
 /// Runs storage host `h` of `c` with its file service: the service's
@@ -280,11 +258,18 @@ fn say_done(c: &Cluster, h: &Host, shm: &Path) -> anyhow::Result<()> {
 
 /// Runs this process's host of the cluster.
 pub fn node(a: NodeArgs) -> anyhow::Result<()> {
+    a.child.apply();
     let cluster = load(&a.cluster)?;
     // Before any thread: the file's secret, for this process and its children.
     macrolink_files::setup::secret_from_cluster(&cluster);
-    let h = cluster.me(a.host.as_deref())?.clone();
-    let shm = macrolink_fabric::default_shm_dir();
+    let mut h = cluster.me(a.host.as_deref())?.clone();
+    if h.export.is_none() {
+        h.export = a.export.clone();
+    }
+    let shm = a
+        .shm_dir
+        .clone()
+        .unwrap_or_else(macrolink_fabric::default_shm_dir);
     let storage = cluster.storage_peers(&h);
     let until = a.until_done.then(|| Pending::of(&cluster));
     if h.role != Role::Relay {
@@ -294,7 +279,7 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
     if h.manage.is_some() && !cluster.macros.is_empty() {
         let dir = a.state_dir.clone();
         let dir = dir.unwrap_or_else(macrolink_managenet::default_state_dir);
-        crate::manage::spawn(&cluster, &h.name, dir)?;
+        crate::manage::spawn(&cluster, &h.name, dir, a.reset_command.clone())?;
     }
     match h.role {
         Role::Compute => {

@@ -313,3 +313,133 @@ fn children_of(pid: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// The process of host `host` among `pids` (its command line names it).
+fn process_of(pids: &[u32], host: &str) -> Option<u32> {
+    pids.iter().copied().find(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.windows(2)
+                .any(|w| w[0] == b"--host" && w[1] == host.as_bytes())
+        })
+    })
+}
+
+/// Host `host`'s state as `manage status --json` says, if it answers.
+fn state_of(file: &std::path::Path, host: &str) -> Option<String> {
+    let out = Command::new(EXE)
+        .args(["manage", "status", "--json"])
+        .arg(file)
+        .env_remove("MACROLINK_SECRET")
+        .env_remove("MACROLINK_SECRET_FILE")
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(v["hosts"][host]["state"].as_str()?.to_string())
+}
+
+#[test]
+fn up_restarts_a_killed_host_on_its_reset_and_a_host_killed_again_is_excluded_and_avoided() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    let fast = "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\n\
+                again_within_s = 60\ncome_back_s = 30\n";
+    let file = macrolink_testbed::site::write_with_managers(d.path(), 7950, fast).unwrap();
+    let mut up = Command::new(EXE)
+        .arg("up")
+        .arg(&file)
+        .args(["--mib", "1", "--stay"])
+        .env_remove("MACROLINK_SECRET")
+        .env_remove("MACROLINK_SECRET_FILE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up_pid = up.id();
+    // Ends `up` (and with it its hosts) whatever happens below.
+    struct Ends(u32);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            // SAFETY: kill sends a signal to a process id; it touches no memory.
+            unsafe { libc::kill(self.0 as i32, libc::SIGTERM) };
+        }
+    }
+    let _ends = Ends(up_pid);
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let err = up.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut said = Vec::new();
+    let mut wait_for = |what: &str, secs: u64| -> String {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(l) => said.push(l),
+                Err(_) => break,
+            }
+        }
+        panic!("up never said {what:?}: {said:#?}");
+    };
+    wait_for("hosts running", 60);
+    let until = Instant::now() + Duration::from_secs(10);
+    while state_of(&file, "gw1").as_deref() != Some("healthy") {
+        assert!(Instant::now() < until, "gw1 never healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // gw1's process killed: the central manager resets it, `up` starts it again.
+    let first = process_of(&children_of(up_pid), "gw1").expect("gw1's process");
+    // SAFETY: kill sends a signal to a process id; it touches no memory.
+    assert_eq!(unsafe { libc::kill(first as i32, libc::SIGKILL) }, 0);
+    let line = wait_for("gw1: reset: process", 20);
+    let second = process_of(&children_of(up_pid), "gw1").expect("gw1 started again");
+    assert_ne!(first, second, "{line}");
+    assert!(line.ends_with(&second.to_string()), "{line}");
+    let until = Instant::now() + Duration::from_secs(15);
+    while state_of(&file, "gw1").as_deref() != Some("healthy") {
+        assert!(Instant::now() < until, "gw1 never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Killed again within the window: excluded, not reset again.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(second as i32, libc::SIGKILL) }, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    while state_of(&file, "gw1").as_deref() != Some("excluded") {
+        assert!(Instant::now() < until, "gw1 never excluded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        process_of(&children_of(up_pid), "gw1").is_none(),
+        "an excluded host is not started again"
+    );
+    // A copy through the lane now leaves gw1 (node 22) out.
+    let src = d.path().join("x");
+    std::fs::write(&src, macrolink_testbed::data::pattern(8 << 20, 9)).unwrap();
+    let cp = Command::new(EXE)
+        .arg("cp")
+        .arg("--cluster")
+        .arg(&file)
+        .arg(&src)
+        .arg("ml://store0/x")
+        .env_remove("MACROLINK_SECRET")
+        .env_remove("MACROLINK_SECRET_FILE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cp.stderr);
+    assert!(cp.status.success(), "{text}");
+    let through = text
+        .lines()
+        .find_map(|l| l.strip_prefix("chunks through gateways: "))
+        .unwrap_or_default();
+    assert!(
+        through.starts_with("node 21: ") && !through.contains("node 22"),
+        "{text}"
+    );
+    assert!(
+        std::fs::read(d.path().join("export/x")).unwrap() == std::fs::read(&src).unwrap()
+    );
+}

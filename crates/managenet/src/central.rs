@@ -401,6 +401,12 @@ impl Central {
         }
     }
 
+    /// Resets hosts with `cmd` when the cluster file sets no reset
+    /// command (`macrolink up` restarts the processes it runs).
+    pub fn reset_by_default(&mut self, cmd: String) {
+        self.commands.reset.get_or_insert(cmd);
+    }
+
     /// The node ids of the hosts excluded now.
     pub fn excluded_nodes(&self) -> Vec<u32> {
         self.policy

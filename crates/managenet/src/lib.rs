@@ -271,6 +271,14 @@ impl Station {
         w.serve(listener)
     }
 
+    /// On the central manager: resets hosts with `cmd` when the cluster
+    /// file sets no reset command.
+    pub fn reset_by_default(&mut self, cmd: String) {
+        if let Some(c) = &mut self.central {
+            c.reset_by_default(cmd);
+        }
+    }
+
     /// The address the station listens on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()

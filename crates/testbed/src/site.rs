@@ -12,6 +12,17 @@ pub const HOSTS: [&str; 4] = ["compute0", "gw0", "gw1", "store0"];
 /// path. Ports `base + 1`, `base + 10`, `base + 21`, `base + 22` and
 /// `base + 30` are used.
 pub fn write(dir: &Path, base: u16) -> std::io::Result<PathBuf> {
+    write_site(dir, base, None)
+}
+
+/// [`write`]'s file with management: every host in one macro-cluster
+/// managed by gw0 with gw1 as fallback, store0 the central manager, manage
+/// ports `base + 41` to `base + 44`, and `manage` in the `[manage]` table.
+pub fn write_with_managers(dir: &Path, base: u16, manage: &str) -> std::io::Result<PathBuf> {
+    write_site(dir, base, Some(manage))
+}
+
+fn write_site(dir: &Path, base: u16, manage: Option<&str>) -> std::io::Result<PathBuf> {
     let export = dir.join("export");
     std::fs::create_dir_all(&export)?;
     std::fs::write(
@@ -59,6 +70,24 @@ storage = ["store0"]
         p(30),
         export.display()
     );
+    let text = match manage {
+        None => text,
+        Some(m) => {
+            let mut t = String::new();
+            for line in text.lines() {
+                t += line;
+                t.push('\n');
+                if let Some(n) = line.strip_prefix("name = ") {
+                    let i = HOSTS.iter().position(|h| format!("{h:?}") == n).unwrap_or(0);
+                    t += &format!("manage = \"{}\"\n", p(41 + i as u16));
+                }
+            }
+            t + &format!(
+                "\n[[macro]]\nname = \"m0\"\nhosts = {HOSTS:?}\nmanager = \"gw0\"\n\
+                 fallback = \"gw1\"\n\n[manage]\ncentral = \"store0\"\n{m}"
+            )
+        }
+    };
     let file = dir.join("cluster.toml");
     std::fs::write(&file, text)?;
     Ok(file)
