@@ -346,28 +346,30 @@ fn up_restarts_a_killed_host_on_its_reset_and_a_host_killed_again_is_excluded_an
     let fast = "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\n\
                 again_within_s = 60\ncome_back_s = 30\n";
     let file = macrolink_testbed::site::write_with_managers(d.path(), 7950, fast).unwrap();
-    let mut up = Command::new(EXE)
-        .arg("up")
-        .arg(&file)
-        .args(["--mib", "1", "--stay"])
-        .env_remove("MACROLINK_SECRET")
-        .env_remove("MACROLINK_SECRET_FILE")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let up_pid = up.id();
     // Ends `up` (and with it its hosts) whatever happens below.
-    struct Ends(u32);
+    struct Ends(std::process::Child);
     impl Drop for Ends {
         fn drop(&mut self) {
             // SAFETY: kill sends a signal to a process id; it touches no memory.
-            unsafe { libc::kill(self.0 as i32, libc::SIGTERM) };
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
         }
     }
-    let _ends = Ends(up_pid);
+    let mut up = Ends(
+        Command::new(EXE)
+            .arg("up")
+            .arg(&file)
+            .args(["--mib", "1", "--stay"])
+            .env_remove("MACROLINK_SECRET")
+            .env_remove("MACROLINK_SECRET_FILE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let up_pid = up.0.id();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let err = up.stderr.take().unwrap();
+    let err = up.0.stderr.take().unwrap();
     std::thread::spawn(move || {
         for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
             let _ = tx.send(l);
@@ -439,7 +441,5 @@ fn up_restarts_a_killed_host_on_its_reset_and_a_host_killed_again_is_excluded_an
         through.starts_with("node 21: ") && !through.contains("node 22"),
         "{text}"
     );
-    assert!(
-        std::fs::read(d.path().join("export/x")).unwrap() == std::fs::read(&src).unwrap()
-    );
+    assert!(std::fs::read(d.path().join("export/x")).unwrap() == std::fs::read(&src).unwrap());
 }

@@ -78,7 +78,10 @@ storage = ["store0"]
                 t += line;
                 t.push('\n');
                 if let Some(n) = line.strip_prefix("name = ") {
-                    let i = HOSTS.iter().position(|h| format!("{h:?}") == n).unwrap_or(0);
+                    let i = HOSTS
+                        .iter()
+                        .position(|h| format!("{h:?}") == n)
+                        .unwrap_or(0);
                     t += &format!("manage = \"{}\"\n", p(41 + i as u16));
                 }
             }
