@@ -55,6 +55,34 @@ impl NodeArgs {
     }
 }
 
+/// `--metrics ADDR` of a service.
+#[derive(Debug, Clone, Default, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP, read
+    /// only; any peer may read them).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+}
+
+impl MetricsArgs {
+    /// Serves, if asked, what `register` puts in a registry whose names
+    /// begin with `prefix`.
+    pub fn serve(
+        &self,
+        prefix: &str,
+        register: impl FnOnce(&mut prometheus_client::registry::Registry),
+    ) -> anyhow::Result<()> {
+        let Some(at) = self.metrics else {
+            return Ok(());
+        };
+        let mut r = prometheus_client::registry::Registry::with_prefix(prefix);
+        register(&mut r);
+        let bound = macrolink_metrics::bind(at, r)?;
+        eprintln!("metrics at http://{bound}/metrics");
+        Ok(())
+    }
+}
+
 /// Options of a process that another one starts.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct ChildArgs {

@@ -77,6 +77,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     secret: SecretArgs,
     #[command(flatten)]
+    metrics: crate::args::MetricsArgs,
+    #[command(flatten)]
     child: crate::args::ChildArgs,
 }
 
@@ -105,6 +107,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let meter = macrolink_files::meter::Meter::default();
     let server = Server::bind(ServeConfig {
         root: a.root.clone(),
         listen: a.listen,
@@ -114,7 +117,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         shm_dir: a.shm_dir.unwrap_or_else(macrolink_fabric::default_shm_dir),
         fabric: a.node.zip(a.fabric),
         excluded,
+        meter: meter.clone(),
     })?;
+    a.metrics.serve("macrolink_files", |r| meter.register(r))?;
     if a.sink {
         server.start_sink()?;
     }

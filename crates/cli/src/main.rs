@@ -38,7 +38,7 @@ enum Command {
     /// Benchmarks: bandwidth, latency, one-way latency, breakdown, comparison.
     Bench(bench::Args),
     /// I/O gateway: relay striped transfers between compute and storage hosts.
-    Gateway(roles::Args),
+    Gateway(roles::GatewayArgs),
     /// Storage side of striped transfers: place chunks, check the whole.
     Sink(roles::Args),
     /// Answer every message with the same message, and every notified put
@@ -120,9 +120,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Man { dir } => manual::pages::<Cli>(&dir),
         Command::Gateway(a) => {
-            a.child.apply();
+            let (r, m) = (a.role, a.metrics);
+            r.child.apply();
             roles::exit_on_signals(|| {})?;
-            roles::gateway(a.node.config()?, &a.node.peers, a.ep, None)
+            roles::gateway(r.node.config()?, &r.node.peers, r.ep, None, &m)
         }
         Command::Sink(a) => {
             a.child.apply();

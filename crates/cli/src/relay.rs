@@ -8,7 +8,7 @@ use macrolink_relaynet::{plan, Relay, Seal, SEAL_CONTEXT};
 use macrolink_testbed::ready::Line;
 use std::path::PathBuf;
 
-use crate::args::ChildArgs;
+use crate::args::{ChildArgs, MetricsArgs};
 use crate::files::SecretArgs;
 
 #[derive(Debug, ClapArgs)]
@@ -24,6 +24,8 @@ pub struct Args {
     #[command(flatten)]
     secret: SecretArgs,
     #[command(flatten)]
+    metrics: MetricsArgs,
+    #[command(flatten)]
     child: ChildArgs,
 }
 
@@ -31,13 +33,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     a.child.apply();
     let c = Cluster::load(&a.cluster).with_context(|| format!("in {}", a.cluster.display()))?;
     let h = c.me(a.host.as_deref())?;
-    serve(&c, h, a.secret.secret_file, a.json)
+    serve(&c, h, a.secret.secret_file, a.json, &a.metrics)
 }
 
 /// Runs relay host `h` of `c` until SIGINT or SIGTERM.
-pub fn serve(c: &Cluster, h: &Host, secret: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+pub fn serve(
+    c: &Cluster,
+    h: &Host,
+    secret: Option<PathBuf>,
+    json: bool,
+    metrics: &MetricsArgs,
+) -> anyhow::Result<()> {
     let key = macrolink_files::setup::load_secret(secret.as_deref())?.fabric_key();
     let relay = Relay::bind(plan::config(c, h, Seal::new(key.derive(SEAL_CONTEXT)))?)?;
+    let meter = relay.meter();
+    metrics.serve("macrolink_relay", |r| meter.register(r))?;
     eprintln!("{}: {relay}", h.name);
     let first = relay.listening().first().map(|l| l.1.to_string());
     Line::ready()

@@ -8,7 +8,7 @@ use macrolink_gwnet::done::{self, Pending, DONE_EP};
 use macrolink_testbed::ready::Line;
 use std::net::SocketAddr;
 
-use crate::args::{ChildArgs, NodeArgs};
+use crate::args::{ChildArgs, MetricsArgs, NodeArgs};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -19,6 +19,14 @@ pub struct Args {
     pub ep: u32,
     #[command(flatten)]
     pub child: ChildArgs,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct GatewayArgs {
+    #[command(flatten)]
+    pub role: Args,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// Starts the node and the endpoint of a gateway-protocol role, and says
@@ -34,15 +42,19 @@ fn start(cfg: NodeConfig, ep: u32, until: Option<Pending>) -> anyhow::Result<(No
 }
 
 /// Relays between compute and storage hosts, forwarding to the storage
-/// hosts `storage` names (several addresses of one host are its rails).
+/// hosts `storage` names (several addresses of one host are its rails);
+/// its counters served as `metrics` asks.
 pub fn gateway(
     cfg: NodeConfig,
     storage: &[(u32, SocketAddr)],
     ep: u32,
     until: Option<Pending>,
+    metrics: &MetricsArgs,
 ) -> anyhow::Result<()> {
+    let meter = macrolink_gwnet::relay::Meter::default();
+    metrics.serve("macrolink_gateway", |r| meter.register(r))?;
     let (_node, ep) = start(cfg, ep, until)?;
-    macrolink_gwnet::relay::run(ep, storage)?;
+    macrolink_gwnet::relay::run(ep, storage, &meter)?;
     Ok(())
 }
 

@@ -62,6 +62,8 @@ pub struct NodeArgs {
     #[arg(long)]
     reset_command: Option<String>,
     #[command(flatten)]
+    metrics: crate::args::MetricsArgs,
+    #[command(flatten)]
     child: crate::args::ChildArgs,
 }
 
@@ -210,10 +212,12 @@ fn run_file_service(
     h: &Host,
     shm: &Path,
     until: Option<Pending>,
+    metrics: &crate::args::MetricsArgs,
 ) -> anyhow::Result<()> {
     let secret = load_secret(None)?;
     let mut cfg = ServeConfig::for_host(h, shm, secret.clone())?;
     cfg.excluded = macrolink_files::setup::watch_excluded(c, &secret);
+    metrics.serve("macrolink_files", |r| cfg.meter.register(r))?;
     let export = cfg.root.display().to_string();
     let server = Server::bind(cfg)?;
     server.start_sink()?;
@@ -281,6 +285,14 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
         let dir = dir.unwrap_or_else(macrolink_managenet::default_state_dir);
         crate::manage::spawn(&cluster, &h.name, dir, a.reset_command.clone())?;
     }
+    let metered = matches!(h.role, Role::Gateway | Role::Relay)
+        || (h.role == Role::Storage && h.files.is_some());
+    if a.metrics.metrics.is_some() && !metered {
+        eprintln!(
+            "{}: --metrics: a {:?} host without a file service counts nothing to serve",
+            h.name, h.role
+        );
+    }
     match h.role {
         Role::Compute => {
             println!("{}", macrolink_gwnet::check::HEADER);
@@ -292,9 +304,17 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
             anyhow::ensure!(ok?, "some checks failed");
             Ok(())
         }
-        Role::Storage if h.files.is_some() => run_file_service(&cluster, &h, &shm, until),
+        Role::Storage if h.files.is_some() => {
+            run_file_service(&cluster, &h, &shm, until, &a.metrics)
+        }
         Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1, until),
-        Role::Gateway => crate::roles::gateway(node_config(&h, &shm, &storage), &storage, 1, until),
-        Role::Relay => crate::relay::serve(&cluster, &h, None, false),
+        Role::Gateway => crate::roles::gateway(
+            node_config(&h, &shm, &storage),
+            &storage,
+            1,
+            until,
+            &a.metrics,
+        ),
+        Role::Relay => crate::relay::serve(&cluster, &h, None, false, &a.metrics),
     }
 }

@@ -19,6 +19,8 @@ struct Site {
     gateways: Vec<Peer>,
     _server: Peer,
     central: Option<Child>,
+    /// Where the server, gw0 and gw1 serve their metrics (managed sites).
+    metrics: Vec<std::net::SocketAddr>,
 }
 
 impl Drop for Site {
@@ -106,8 +108,24 @@ impl Site {
             );
             std::fs::write(&manage_file, hosts + &store + &tables).unwrap();
         }
+        let metrics: Vec<std::net::SocketAddr> = match m {
+            Some(_) => (0..3)
+                .map(|_| {
+                    std::net::TcpListener::bind("127.0.0.1:0")
+                        .unwrap()
+                        .local_addr()
+                        .unwrap()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let with_metrics = |i: usize| match metrics.get(i) {
+            Some(a) => vec!["--metrics".to_string(), a.to_string()],
+            None => Vec::new(),
+        };
         let mut c = Command::new(EXE);
         c.args(["serve", "--listen", "127.0.0.1:0", "--node", "10"])
+            .args(with_metrics(0))
             .args(["--fabric", "127.0.0.1:0", "--sink", "--shm-dir"])
             .arg(dir.path())
             .arg("--secret-file")
@@ -123,14 +141,11 @@ impl Site {
                 let peer = format!("10={fabric}");
                 let secret = dir.path().join("secret");
                 let secret = secret.to_str().unwrap();
-                Peer::spawn_role(
-                    Path::new(EXE),
-                    "gateway",
-                    21 + i,
-                    dir.path(),
-                    &["--peer", &peer, "--secret-file", secret],
-                )
-                .expect("gateway starts")
+                let more = with_metrics(1 + i as usize);
+                let mut extra = vec!["--peer", &peer, "--secret-file", secret];
+                extra.extend(more.iter().map(String::as_str));
+                Peer::spawn_role(Path::new(EXE), "gateway", 21 + i, dir.path(), &extra)
+                    .expect("gateway starts")
             })
             .collect();
         let cluster = format!(
@@ -185,6 +200,7 @@ storage = ["store0"]
             gateways,
             _server: server,
             central,
+            metrics,
         }
     }
 
@@ -513,6 +529,37 @@ fn an_excluded_gateway_carries_nothing_more_and_an_excluded_storage_host_takes_n
         assert_eq!(carried(&o), [(22, total)], "{args:?}");
     }
     assert!(std::fs::read(&back).unwrap() == data);
+    // What the server and the gateways counted.
+    let scrape = |i: usize| macrolink_metrics::get(site.metrics[i], "/metrics").unwrap();
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+    };
+    let files = scrape(0);
+    assert_eq!(
+        value(&files, r#"macrolink_files_files_total{op="put"} "#),
+        2,
+        "{files}"
+    );
+    assert_eq!(
+        value(&files, r#"macrolink_files_files_total{op="get"} "#),
+        1,
+        "{files}"
+    );
+    assert_eq!(
+        value(&files, r#"macrolink_files_bytes_total{op="get"} "#),
+        size as u64
+    );
+    assert_eq!(
+        value(&files, "macrolink_files_gateways_in_use "),
+        1,
+        "{files}"
+    );
+    let (gw0, gw1) = (scrape(1), scrape(2));
+    let chunks = r#"macrolink_gateway_relayed_total{kind="chunk"} "#;
+    assert_eq!(value(&gw0, chunks), of(21), "{gw0}");
+    assert!(value(&gw1, chunks) >= of(22) + 2 * total, "{gw1}");
     // The storage host excluded: refused with a clear error, nothing written.
     let ex = site.manage(&["exclude", "store0", "--reason", "disk errors"]);
     assert!(
@@ -528,6 +575,8 @@ fn an_excluded_gateway_carries_nothing_more_and_an_excluded_storage_host_takes_n
         stderr(&refused)
     );
     assert!(!site.export(&no).exists() && !site.export(&format!(".{no}.ml-part")).exists());
+    let files = scrape(0);
+    assert!(value(&files, r#"macrolink_files_errors_total{code="excluded"} "#) >= 1);
     // Taken back, it works again.
     let inc = site.manage(&["include", "store0", "--reason", "disk replaced"]);
     assert!(

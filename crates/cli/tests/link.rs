@@ -197,6 +197,8 @@ dead_ms = 1000
             host,
             "--secret-file",
             secret,
+            "--metrics",
+            "127.0.0.1:7690",
         ])
     };
     let _ra = relay(a, "relay-a");
@@ -258,6 +260,20 @@ dead_ms = 1000
         }
         let secs = start.elapsed().as_secs_f64();
         eprintln!("64 MiB out and back over 20 ms + 1 % loss: {secs:.1} s");
+        // The near relay's counters, a refresh later: all of it went out.
+        std::thread::sleep(Duration::from_millis(1200));
+        let m = macrolink_metrics::get("127.0.0.1:7690".parse().unwrap(), "/metrics").unwrap();
+        let value = |name: &str| -> u64 {
+            m.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name}: {m}"))
+        };
+        assert!(
+            value("macrolink_relay_bytes_sent_total ") >= 64 << 20,
+            "{m}"
+        );
+        assert!(value("macrolink_relay_flows_out_total ") >= 1, "{m}");
+        assert!(value("macrolink_relay_flows_open ") >= 1, "{m}");
         // The far relay dies mid-transfer: an error within seconds.
         // SAFETY: kill sends a signal to a child the test owns.
         unsafe { libc::kill(rb_pid as i32, libc::SIGKILL) };

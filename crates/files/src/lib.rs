@@ -28,6 +28,7 @@ pub mod credit;
 pub mod data;
 pub mod error;
 pub mod lane;
+pub mod meter;
 pub mod ops;
 pub mod partial;
 pub mod proto;

@@ -91,6 +91,8 @@ pub struct ServeConfig {
     /// (its fabric node) is among them, no new file is opened; gateways
     /// among them carry none of its data.
     pub excluded: Option<Excluded>,
+    /// What the server counts (registered by whoever serves the metrics).
+    pub meter: crate::meter::Meter,
 }
 
 impl ServeConfig {
@@ -120,6 +122,7 @@ impl ServeConfig {
                 h.listen().ok_or_else(|| missing("storage address"))?,
             )),
             excluded: None,
+            meter: crate::meter::Meter::default(),
         })
     }
 }
@@ -141,6 +144,7 @@ struct Shared {
     clients: Mutex<HashMap<IpAddr, Usage>>,
     handshakes: Gate,
     excluded: Option<Excluded>,
+    meter: crate::meter::Meter,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -175,12 +179,14 @@ impl Shared {
             ));
         }
         mine.connections += 1;
+        self.meter.connections.inc();
         Ok(())
     }
 
     fn leave(&self, ip: IpAddr) {
         let mut u = self.usage();
         if let Some(c) = u.get_mut(&ip) {
+            self.meter.connections.dec();
             c.connections -= 1;
             if c.connections == 0 && c.open_files == 0 {
                 u.remove(&ip);
@@ -286,6 +292,7 @@ impl Server {
                     time: cfg.limits.handshake_time,
                 }),
                 excluded: cfg.excluded,
+                meter: cfg.meter,
             }),
         })
     }

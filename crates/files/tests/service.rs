@@ -66,6 +66,7 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
         shm_dir: dir.path().join("shm"),
         fabric: None,
         excluded: None,
+        meter: Default::default(),
     })
     .unwrap();
     let addr = server.local_addr().unwrap().to_string();

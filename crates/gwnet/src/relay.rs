@@ -9,13 +9,70 @@
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, IoBuf, Mode, Result, Transport};
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::rails::Rails;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 
 use crate::from_pair;
 
+/// Labels of a message kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// chunk, ack, done, verdict or hello.
+    pub kind: String,
+}
+
+/// What a gateway counts (`macrolink gateway --metrics`); clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct Meter {
+    /// Messages relayed, by kind.
+    pub relayed: Family<KindLabels, Counter>,
+    /// Bytes relayed.
+    pub bytes: Counter,
+    /// Heartbeats answered.
+    pub heartbeats: Counter,
+    /// Messages that could not be passed on.
+    pub dropped: Counter,
+    /// Rails to storage taken out of use for a while.
+    pub rail_failures: Counter,
+}
+
+impl Meter {
+    /// Registers every counter in `r`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register("relayed", "Messages relayed, by kind", self.relayed.clone());
+        r.register("bytes", "Bytes relayed", self.bytes.clone());
+        r.register("heartbeats", "Heartbeats answered", self.heartbeats.clone());
+        r.register(
+            "dropped",
+            "Messages that could not be passed on",
+            self.dropped.clone(),
+        );
+        r.register(
+            "rail_failures",
+            "Rails to storage that failed and were rested",
+            self.rail_failures.clone(),
+        );
+    }
+
+    fn relayed(&self, kind: &str, bytes: usize) {
+        let kind = kind.to_string();
+        self.relayed.get_or_create(&KindLabels { kind }).inc();
+        self.bytes.inc_by(bytes as u64);
+    }
+}
+
 /// Writes `msg` to `to` over the next working rail, or over the endpoint's
 /// usual connection when `to` has only one.
-fn forward(rails: &mut Rails<SocketAddr>, ep: &mut Endpoint, to: Addr, msg: &[u8]) -> Result<()> {
+fn forward(
+    rails: &mut Rails<SocketAddr>,
+    ep: &mut Endpoint,
+    to: Addr,
+    msg: &[u8],
+    meter: &Meter,
+) -> Result<()> {
     if !rails.bonded(to.node) {
         let t = ep.target_via(to, Mode::Reliable, Transport::Tcp)?;
         return ep.write(t, msg);
@@ -35,6 +92,7 @@ fn forward(rails: &mut Rails<SocketAddr>, ep: &mut Endpoint, to: Addr, msg: &[u8
             }
             Err(e) => {
                 let rest = rails.failed(addr, clock_ns());
+                meter.rail_failures.inc();
                 tracing::info!(
                     "relay: rail {addr} to {to} failed ({e}); resting {} ms",
                     rest / 1_000_000
@@ -49,8 +107,8 @@ fn forward(rails: &mut Rails<SocketAddr>, ep: &mut Endpoint, to: Addr, msg: &[u8
 /// Relays until the endpoint fails, to the storage hosts `peers` names
 /// (node, address; a node named more than once has a rail per address).
 /// The endpoint's node reaches a host with one rail as it reaches any peer,
-/// so its configuration names that host too.
-pub fn run(mut ep: Endpoint, peers: &[(u32, SocketAddr)]) -> Result<()> {
+/// so its configuration names that host too. `meter` counts what passes.
+pub fn run(mut ep: Endpoint, peers: &[(u32, SocketAddr)], meter: &Meter) -> Result<()> {
     let mut rails = Rails::new(peers);
     let mut buf = IoBuf::new(8 << 20)?;
     let mut out = Vec::with_capacity(64);
@@ -76,23 +134,32 @@ pub fn run(mut ep: Endpoint, peers: &[(u32, SocketAddr)]) -> Result<()> {
                 let sent = ep
                     .reply_target(&r, Mode::Reliable)
                     .and_then(|t| ep.write(t, &out));
-                if let Err(e) = sent {
-                    tracing::info!("relay: cannot answer {}: {e}", r.from);
+                match sent {
+                    Ok(()) => {
+                        meter.heartbeats.inc();
+                    }
+                    Err(e) => tracing::info!("relay: cannot answer {}: {e}", r.from),
                 }
                 continue;
             }
-            Ok(Msg::Chunk { to, .. }) | Ok(Msg::Done { to, .. }) | Ok(Msg::Hello { to, .. }) => {
-                from_pair(to)
-            }
-            Ok(Msg::Ack { to, .. }) | Ok(Msg::Verdict { to, .. }) => from_pair(to),
+            Ok(Msg::Chunk { to, .. }) => ("chunk", from_pair(to)),
+            Ok(Msg::Done { to, .. }) => ("done", from_pair(to)),
+            Ok(Msg::Hello { to, .. }) => ("hello", from_pair(to)),
+            Ok(Msg::Ack { to, .. }) => ("ack", from_pair(to)),
+            Ok(Msg::Verdict { to, .. }) => ("verdict", from_pair(to)),
             Ok(Msg::Pong { .. }) => continue,
             Err(e) => {
                 tracing::warn!("relay: malformed message from {}: {e:?}", r.from);
                 continue;
             }
         };
-        if let Err(e) = forward(&mut rails, &mut ep, next, &buf[..r.len]) {
-            tracing::info!("relay: cannot forward to {next}: {e}");
+        let (kind, next) = next;
+        match forward(&mut rails, &mut ep, next, &buf[..r.len], meter) {
+            Ok(()) => meter.relayed(kind, r.len),
+            Err(e) => {
+                meter.dropped.inc();
+                tracing::info!("relay: cannot forward to {next}: {e}");
+            }
         }
     }
 }

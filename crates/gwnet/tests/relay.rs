@@ -39,13 +39,18 @@ fn start_sink(listen: &str) -> SocketAddr {
 /// node knows them as its peers, as `macrolink gateway --peer` sets up);
 /// its address.
 fn start_relay(id: u32, rails: &[(u32, SocketAddr)]) -> SocketAddr {
+    start_metered(id, rails, relay::Meter::default())
+}
+
+/// [`start_relay`], counting in `meter`.
+fn start_metered(id: u32, rails: &[(u32, SocketAddr)], meter: relay::Meter) -> SocketAddr {
     let n = node(id, "127.0.0.1:0", rails);
     let addr = n.tcp_addr().unwrap();
     let ep = n.open(1, endpoint_config()).unwrap();
     let rails = rails.to_vec();
     std::thread::spawn(move || {
         let _node = n;
-        relay::run(ep, &rails)
+        relay::run(ep, &rails, &meter)
     });
     addr
 }
@@ -65,9 +70,11 @@ fn cfg() -> SendConfig {
 #[test]
 fn a_transfer_striped_over_two_relays_arrives_whole() {
     let sink = start_sink("127.0.0.1:0");
+    let meters = [relay::Meter::default(), relay::Meter::default()];
     let relays: Vec<_> = [21, 22]
         .iter()
-        .map(|&id| (id, start_relay(id, &[(SINK, sink)])))
+        .zip(&meters)
+        .map(|(&id, m)| (id, start_metered(id, &[(SINK, sink)], m.clone())))
         .collect();
     let compute = node(1, "127.0.0.1:0", &relays);
     let mut ep = compute.open(1, endpoint_config()).unwrap();
@@ -88,6 +95,17 @@ fn a_transfer_striped_over_two_relays_arrives_whole() {
     assert_eq!((r.bytes, acked), (8 << 20, 32));
     assert!(r.per_gateway.iter().all(|&n| n > 0), "{r:?}");
     assert_eq!(r.per_gateway.iter().sum::<u64>(), 32 + r.resent);
+    // What each gateway counted: the chunks it carried, their acks, bytes.
+    for (m, sent) in meters.iter().zip(&r.per_gateway) {
+        let kind = |k: &str| {
+            m.relayed
+                .get_or_create(&relay::KindLabels { kind: k.into() })
+                .get()
+        };
+        assert_eq!(kind("chunk"), *sent, "{r:?}");
+        assert!(kind("ack") >= 1 && m.bytes.get() >= *sent * (256 << 10));
+        assert!(m.heartbeats.get() >= 1);
+    }
 }
 
 #[test]

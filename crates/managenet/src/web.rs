@@ -3,10 +3,9 @@
 //! epoch), `/` a status page for people (the same as `manage status`,
 //! refreshed every two seconds), `/status.json` the state itself.
 //!
-//! A peer of this listener proves nothing (Prometheus does not), so it is
-//! served one request at a time, each whole exchange within
-//! [`DEADLINE`], requests of at most [`MAX_REQUEST`] bytes, answers only to
-//! `GET`; it reads the state, never changes it.
+//! The listener is `macrolink-metrics`' (bounded for strangers: one
+//! exchange at a time within its deadline); it reads the state, never
+//! changes it.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -14,15 +13,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io;
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
-
-/// The whole exchange with one peer, at most.
-pub const DEADLINE: Duration = Duration::from_secs(2);
-/// Longest request head taken.
-pub const MAX_REQUEST: usize = 8192;
 
 /// Labels of a host's state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,7 +45,7 @@ pub struct GroupLabels {
 /// What the central manager shows.
 #[derive(Debug)]
 pub struct Window {
-    registry: Registry,
+    registry: Arc<Registry>,
     /// 1 for a host's present state, 0 for the others.
     pub host_state: Family<HostLabels, Gauge>,
     /// Actions decided, by kind.
@@ -88,7 +81,7 @@ impl Window {
         registry.register("decisions", "Decisions logged", decisions.clone());
         registry.register("epoch", "The epoch of each group's manager", epoch.clone());
         Arc::new(Window {
-            registry,
+            registry: Arc::new(registry),
             host_state,
             actions,
             decisions,
@@ -124,12 +117,6 @@ impl Window {
             }
         }
         *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
-    }
-
-    fn metrics(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
     }
 
     fn status(&self) -> String {
@@ -179,84 +166,17 @@ impl Window {
     }
 
     /// Serves `listener` on a thread of its own, for as long as the
-    /// process lives.
+    /// process lives: `/metrics`, the page at `/`, the state at
+    /// `/status.json`.
     pub fn serve(self: &Arc<Window>, listener: TcpListener) -> io::Result<()> {
         let w = self.clone();
-        std::thread::Builder::new()
-            .name("ml-manage-web".into())
-            .spawn(move || {
-                for s in listener.incoming().flatten() {
-                    if let Err(e) = w.answer(s) {
-                        tracing::debug!("status page: {e}");
-                    }
-                }
-            })?;
-        Ok(())
+        let pages = move |path: &str| match path {
+            "/" => Some(("text/html; charset=utf-8", w.page())),
+            "/status.json" => Some(("application/json", w.status())),
+            _ => None,
+        };
+        macrolink_metrics::serve(listener, self.registry.clone(), Some(Arc::new(pages)))
     }
-
-    /// One exchange, within the deadline.
-    fn answer(&self, mut s: TcpStream) -> io::Result<()> {
-        let until = Instant::now() + DEADLINE;
-        let mut head = Vec::with_capacity(512);
-        let mut chunk = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || head.len() > MAX_REQUEST {
-                return reply(&mut s, "408 Request Timeout", "text/plain", "");
-            }
-            s.set_read_timeout(Some(left))?;
-            let n = s.read(&mut chunk)?;
-            if n == 0 {
-                return Ok(());
-            }
-            head.extend_from_slice(&chunk[..n]);
-        }
-        s.set_write_timeout(Some(
-            until
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-        ))?;
-        let line = head.split(|&b| b == b'\r').next().unwrap_or(&[]);
-        let line = String::from_utf8_lossy(line);
-        let mut words = line.split_whitespace();
-        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-        if method != "GET" {
-            return reply(&mut s, "405 Method Not Allowed", "text/plain", "GET only\n");
-        }
-        match path {
-            "/metrics" => reply(
-                &mut s,
-                "200 OK",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                &self.metrics(),
-            ),
-            "/" => reply(&mut s, "200 OK", "text/html; charset=utf-8", &self.page()),
-            "/status.json" => reply(&mut s, "200 OK", "application/json", &self.status()),
-            _ => reply(&mut s, "404 Not Found", "text/plain", "not found\n"),
-        }
-    }
-}
-
-fn reply(s: &mut TcpStream, status: &str, kind: &str, body: &str) -> io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let until = Instant::now() + DEADLINE;
-    let mut out = head.into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    let mut at = 0;
-    // Each write gets only what is left of the deadline: a reader that
-    // takes a few bytes now and then cannot stretch the exchange.
-    while at < out.len() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "reader too slow"));
-        }
-        s.set_write_timeout(Some(left))?;
-        at += s.write(&out[at..])?;
-    }
-    Ok(())
 }
 
 /// `s` safe inside HTML text and attributes.
@@ -272,12 +192,11 @@ fn esc(s: &str) -> String {
 mod tests {
     use super::*;
 
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
     fn get(addr: std::net::SocketAddr, path: &str) -> String {
-        let mut s = TcpStream::connect(addr).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
+        macrolink_metrics::get(addr, path).unwrap()
     }
 
     #[test]
@@ -297,11 +216,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         w.serve(l).unwrap();
-        // A peer that connects and says nothing.
-        let _silent = TcpStream::connect(addr).unwrap();
-        let start = Instant::now();
         let m = get(addr, "/metrics");
-        assert!(start.elapsed() < DEADLINE + Duration::from_secs(1));
         assert!(m.starts_with("HTTP/1.1 200"), "{m}");
         assert!(
             m.contains(r#"macrolink_manage_host_state{host="h4",group="m0",state="excluded"} 1"#),
@@ -325,11 +240,5 @@ mod tests {
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         assert!(out.starts_with("HTTP/1.1 405"), "{out}");
-        // A head that never ends is cut at its limit.
-        let mut s = TcpStream::connect(addr).unwrap();
-        let _ = s.write_all(&vec![b'a'; MAX_REQUEST + 2048]);
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        assert!(out.is_empty() || out.starts_with("HTTP/1.1 408"), "{out}");
     }
 }

@@ -22,6 +22,7 @@
 //! timeout, then every socket is served without blocking.
 
 mod conn;
+pub mod meter;
 pub mod plan;
 
 pub use macrolink_fabric::seal::{Seal, TAG_LEN};
@@ -102,9 +103,21 @@ pub struct Report {
 /// A relay with its sockets bound.
 #[derive(Debug)]
 pub struct Relay {
+    meter: meter::Meter,
     cfg: Config,
     udp: UdpSocket,
     listeners: Vec<(u32, TcpListener)>,
+}
+
+/// Puts the long link's figures so far in `report`.
+fn fill(report: &mut Report, link: &Link) {
+    let s = link.stats();
+    report.packets_sent = s.packets_sent;
+    report.packets_received = s.packets_received;
+    report.bytes_sent = s.bytes_sent;
+    report.bytes_resent = s.bytes_resent;
+    report.min_rtt_us = s.min_rtt as f64 / 1e3;
+    report.measured_mb_s = s.bottleneck / 1e6;
 }
 
 impl Relay {
@@ -126,6 +139,7 @@ impl Relay {
             listeners.push((node, l));
         }
         Ok(Relay {
+            meter: meter::Meter::default(),
             cfg,
             udp,
             listeners,
@@ -138,6 +152,11 @@ impl Relay {
             .iter()
             .filter_map(|(n, l)| Some((*n, l.local_addr().ok()?)))
             .collect()
+    }
+
+    /// What the relay counts while it runs (for `--metrics`).
+    pub fn meter(&self) -> meter::Meter {
+        self.meter.clone()
     }
 
     /// The long-link address.
@@ -173,6 +192,8 @@ impl Relay {
             if now >= shown + 1_000_000_000 {
                 shown = now;
                 tracing::debug!("{:?}", link.stats());
+                fill(&mut report, &link);
+                self.meter.update(&report, conns.len());
             }
             for _ in 0..RECV_BURST {
                 match self.udp.recv(&mut rbuf) {
@@ -247,13 +268,8 @@ impl Relay {
             }
             self.sleep(&link, &conns, pending.is_some(), clock())?;
         }
-        let s = link.stats();
-        report.packets_sent = s.packets_sent;
-        report.packets_received = s.packets_received;
-        report.bytes_sent = s.bytes_sent;
-        report.bytes_resent = s.bytes_resent;
-        report.min_rtt_us = s.min_rtt as f64 / 1e3;
-        report.measured_mb_s = s.bottleneck / 1e6;
+        fill(&mut report, &link);
+        self.meter.update(&report, 0);
         Ok(report)
     }
 

@@ -61,6 +61,11 @@ impl Session {
     }
 
     fn reply(&mut self, r: Reply) -> io::Result<()> {
+        match &r {
+            Reply::Sent { bytes, .. } => self.shared.meter.moved("get", *bytes),
+            Reply::Error { code, .. } => self.shared.meter.error(*code),
+            _ => {}
+        }
         wire_io::send(&mut self.stream, &r)
     }
 
@@ -265,6 +270,9 @@ impl Session {
                 ..SendConfig::default()
             };
             let sent = lane::send(&mut ep, far, shape, file, &shared, cfg);
+            if let Ok((_, c)) = &sent {
+                self.shared.meter.carried(c);
+            }
             match gather(shape, vec![sent.map(|(d, _)| d)]) {
                 Ok(digest) => Reply::Sent {
                     bytes: shape.len,
@@ -418,7 +426,10 @@ impl Session {
             self.land(path, &file, size, sync, landing)
         });
         let msg = match outcome {
-            Ok(()) => Reply::Ok,
+            Ok(()) => {
+                self.shared.meter.moved("put", bytes);
+                Reply::Ok
+            }
             Err(f) => {
                 if f.code == Code::Mismatch {
                     self.shared.export.drop_partial(path);
