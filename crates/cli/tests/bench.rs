@@ -385,7 +385,10 @@ fn files_bench_rows_have_every_case_and_positive_rates() {
 }
 
 #[test]
-fn manage_bench_times_detection_resets_and_takeovers() {
+fn manage_bench_times_detection_resets_and_takeovers_and_stays_quiet_under_loss() {
+    if macrolink_testbed::require::namespaces(0).is_none() {
+        return;
+    }
     let d = tempfile::tempdir().unwrap();
     let j = d.path().join("manage.json");
     let text = run(&[
@@ -398,21 +401,37 @@ fn manage_bench_times_detection_resets_and_takeovers() {
         "--trials",
         "1",
         "--takeovers",
-        "1",
-        "--port",
-        "18600",
+        "2",
+        "--soak",
+        "8",
+        "--stall",
+        "2",
         "--json",
         j.to_str().unwrap(),
     ]);
     assert!(text.contains("SlurmdTimeout 300 s"), "{text}");
-    let rows = json(&j);
+    let out = &json(&j)[0];
+    let rows = out["rows"].as_array().unwrap();
     let events: Vec<&str> = rows.iter().map(|r| r["event"].as_str().unwrap()).collect();
-    assert_eq!(events.len(), 4, "{rows:?}");
-    for r in &rows {
+    assert_eq!(events.len(), 5, "{rows:?}");
+    for r in rows {
         assert_eq!(r["trials"], 1, "{r}");
         let m = num(r, "median_s");
         // Positive, and within the detection or takeover bound (plus slack).
         assert!(m > 0.0 && m < 5.0, "{r}");
         assert!(num(r, "max_s") >= m, "{r}");
+    }
+    assert_eq!(
+        (&out["thawed"], &out["thawed_acted"]),
+        (&1.into(), &0.into()),
+        "{out}"
+    );
+    let soak = &out["soak"];
+    // The firewall dropped some of the group's datagrams, and nobody was
+    // failed, reset or excluded for it.
+    assert!(soak["dropped"].as_u64().unwrap() > 0, "{soak}");
+    assert!(soak["datagrams"].as_u64().unwrap() > soak["dropped"].as_u64().unwrap());
+    for k in ["false_failures", "false_resets", "false_exclusions"] {
+        assert_eq!(soak[k], 0, "{k}: {soak}");
     }
 }

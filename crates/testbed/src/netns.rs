@@ -118,6 +118,18 @@ fn veth(a: &str, ns_a: &str, b: &str, ns_b: &str) -> Result<(), String> {
     in_ns(ns_b, &["ip", "link", "set", b, "up"])
 }
 
+/// Joins namespaces `ns_a` and `ns_b` by a veth pair: end `a` in the first
+/// with address `addr_a`, end `b` in the second with `addr_b` (both with a
+/// prefix length), both up.
+pub fn join(
+    (a, ns_a, addr_a): (&str, &str, &str),
+    (b, ns_b, addr_b): (&str, &str, &str),
+) -> Result<(), String> {
+    veth(a, ns_a, b, ns_b)?;
+    in_ns(ns_a, &["ip", "addr", "add", addr_a, "dev", a])?;
+    in_ns(ns_b, &["ip", "addr", "add", addr_b, "dev", b])
+}
+
 /// A bridge `name` in `ns` holding `addr`, up.
 fn bridge(ns: &str, name: &str, addr: &str) -> Result<(), String> {
     in_ns(ns, &["ip", "link", "add", name, "type", "bridge"])?;

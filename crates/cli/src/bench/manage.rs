@@ -16,12 +16,19 @@ pub struct Args {
     /// Hosts killed, and as many frozen.
     #[arg(long, default_value_t = 50)]
     trials: usize,
-    /// Managers killed.
-    #[arg(long, default_value_t = 10)]
+    /// Managers killed and frozen (alternately, round the groups).
+    #[arg(long, default_value_t = 20)]
     takeovers: usize,
-    /// First port of the stations (management addresses from port + 1000).
-    #[arg(long, default_value_t = 17100)]
-    port: u16,
+    /// Seconds of the quiet run (loss on one group, a stalled manager; no
+    /// host dies): every action in it is a false one. 0: none.
+    #[arg(long, default_value_t = 600)]
+    soak: u64,
+    /// Share of group 0's datagrams dropped in the quiet run.
+    #[arg(long, default_value_t = 0.05)]
+    loss: f64,
+    /// Seconds group 0's manager is stopped in the quiet run.
+    #[arg(long, default_value_t = 20)]
+    stall: u64,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -34,15 +41,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         hosts: a.hosts,
         trials: a.trials,
         takeovers: a.takeovers,
-        port: a.port,
+        soak_s: a.soak,
+        loss: a.loss,
+        stall_s: a.stall,
     };
     let bar = macrolink_bench::progress::bar((2 * o.trials + o.takeovers) as u64);
-    let rows = manage::run(&o, |what| {
+    let out = manage::run(&o, |what| {
         bar.set_message(what.to_string());
-        bar.inc(1);
+        if !what.starts_with("soak") {
+            bar.inc(1);
+        }
     })?;
     bar.finish_and_clear();
-    print!("{}", manage::table(&rows, &o));
-    macrolink_bench::report::save(a.json.as_deref(), None, &rows)?;
+    print!("{}", manage::table(&out, &o));
+    macrolink_bench::report::save(a.json.as_deref(), None, std::slice::from_ref(&out))?;
     Ok(())
 }
