@@ -122,6 +122,10 @@ struct Bed {
     ns: Namespaces,
 }
 
+/// A decision of the central manager's log: at (wall-clock ns), host,
+/// state, action.
+type Decided = (u64, String, String, String);
+
 /// Port of host `i` of a group (in the group's namespace).
 const PORT: u16 = 7200;
 
@@ -248,8 +252,8 @@ impl Bed {
         }
     }
 
-    /// The central manager's decisions: (at, host, state, action).
-    fn decisions(&self) -> Vec<(u64, String, String, String)> {
+    /// The central manager's decisions.
+    fn decisions(&self) -> Vec<Decided> {
         std::fs::read_to_string(self.dir.path().join("state/decisions.jsonl"))
             .unwrap_or_default()
             .lines()
@@ -560,8 +564,7 @@ fn soak(bed: &mut Bed, o: &Options, each: &mut impl FnMut(&str)) -> anyhow::Resu
         .into_iter()
         .filter(|d| d.0 > t0)
         .partition(|d| d.1 == manager);
-    let n =
-        |f: &dyn Fn(&(u64, String, String, String)) -> bool| after.iter().filter(|d| f(d)).count();
+    let n = |f: &dyn Fn(&Decided) -> bool| after.iter().filter(|d| f(d)).count();
     Ok(Soak {
         seconds: o.soak_s,
         dropped,
