@@ -19,6 +19,8 @@ struct Site {
     hosts: Vec<Option<Child>>,
     /// Where the central manager serves its metrics and page, if asked.
     web: Option<std::net::SocketAddr>,
+    /// The network namespace every process runs in, if not this one's.
+    ns: Option<String>,
 }
 
 impl Site {
@@ -43,6 +45,16 @@ impl Site {
     /// group's manager, the third its fallback), with `manage(dir)` in the
     /// `[manage]` table beside fast probes and a short lease.
     fn with(base: u16, names: [&str; 5], manage: impl Fn(&str) -> String) -> Site {
+        Site::in_ns(None, base, names, manage)
+    }
+
+    /// [`Site::with`], every process in namespace `ns` when given.
+    fn in_ns(
+        ns: Option<String>,
+        base: u16,
+        names: [&str; 5],
+        manage: impl Fn(&str) -> String,
+    ) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let fast = "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\nagain_within_s = 60\n";
         let more = manage(&dir.path().display().to_string());
@@ -59,6 +71,7 @@ impl Site {
             names: names.iter().map(|n| n.to_string()).collect(),
             hosts: (0..5).map(|_| None).collect(),
             web: None,
+            ns,
         };
         for i in 0..5 {
             s.start(i);
@@ -71,7 +84,8 @@ impl Site {
         if let (0, Some(at)) = (i, self.web) {
             web = vec!["--metrics".to_string(), at.to_string()];
         }
-        let child = Command::new(EXE)
+        let child = self
+            .command()
             .args(["manage", "run"])
             .args(&web)
             .arg(&self.file)
@@ -98,8 +112,21 @@ impl Site {
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     }
 
+    /// `macrolink`, in the site's namespace if it has one (`ip netns exec`
+    /// runs it in its own place: the child is `macrolink` itself).
+    fn command(&self) -> Command {
+        match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, EXE]);
+                c
+            }
+            None => Command::new(EXE),
+        }
+    }
+
     fn manage(&self, args: &[&str]) -> std::process::Output {
-        Command::new(EXE)
+        self.command()
             .arg("manage")
             .arg(args[0])
             .arg(&self.file)
@@ -293,6 +320,71 @@ fn the_fallback_takes_over_a_killed_manager_and_a_frozen_one_never_acts_again() 
         "{resets:?}"
     );
     assert_eq!(s.state_of("h2"), "healthy");
+}
+
+#[test]
+fn a_partition_between_manager_and_fallback_leaves_one_acting_and_nothing_done_twice() {
+    let Some(ns) = macrolink_testbed::require::namespaces(1) else {
+        return;
+    };
+    let base = 8050;
+    let mut s = Site::in_ns(
+        Some(ns.names[0].clone()),
+        base,
+        ["h0", "h1", "h2", "h3", "h4"],
+        |d| {
+            format!(
+                "come_back_s = 30\nhealth_ms = 100\n\
+                 reset_command = \"echo {{host}} >> {d}/resets\"\n"
+            )
+        },
+    );
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    // Cut h1 from h2 and h2 from h1 (their management ports), and nothing
+    // else: the firewall of the site's namespace.
+    let (p1, p2) = ((base + 11).to_string(), (base + 12).to_string());
+    for (from, to) in [(&p1, &p2), (&p2, &p1)] {
+        let rule = [
+            "iptables", "-A", "INPUT", "-p", "udp", "--sport", from, "--dport", to, "-j", "DROP",
+        ];
+        macrolink_testbed::netns::in_ns(&ns.names[0], &rule).expect("iptables");
+    }
+    // h2 hears no beats and tries to take over, but the central manager
+    // still hears h1 and refuses h2's newer epoch: h1 stays the one that
+    // acts. Neither is failed: the other members answer for each
+    // (indirect probes).
+    let before = s.manager();
+    assert_eq!(before.0, "h1");
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(s.manager(), before, "the central manager keeps h1");
+    }
+    // A host killed meanwhile is reset once.
+    s.kill(4);
+    s.until(Duration::from_secs(5), "h4 reset", |s| {
+        s.lines("resets") == ["h4"]
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.lines("resets"), ["h4"], "one reset, nothing done twice");
+    let acted: Vec<Value> = log(s.dir.path())
+        .into_iter()
+        .filter(|d| !d["action"].is_null())
+        .collect();
+    assert_eq!(acted.len(), 1, "{acted:#?}");
+    for h in ["h1", "h2", "h3"] {
+        assert_eq!(s.state_of(h), "healthy", "{h}");
+    }
+    assert_eq!(s.manager(), before);
+    // The partition healed: h2's newer epoch reaches h1, which steps down;
+    // once h1 is silent for a lease, the central manager takes h2 (or h1
+    // keeps it): one manager either way, and still nothing done twice.
+    let _ = macrolink_testbed::netns::in_ns(&ns.names[0], &["iptables", "-F", "INPUT"]);
+    std::thread::sleep(Duration::from_secs(4));
+    let (who, _) = s.manager();
+    assert!(who == "h1" || who == "h2", "{who}");
+    assert_eq!(s.lines("resets"), ["h4"]);
 }
 
 #[test]

@@ -172,21 +172,38 @@ pub enum Verdict {
 }
 
 /// A receiver's check of one group's epochs: the newest epoch's first
-/// sender holds it.
+/// sender holds it. The central manager also arbitrates
+/// ([`check_at`](Self::check_at)): a newer epoch from another node is
+/// taken only once the holder has been silent for a lease, so a fallback
+/// cut off from its manager alone (a partition between the two) cannot
+/// unseat a manager the central manager still hears.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochGate {
     holder: Option<(u64, u32)>,
+    /// When the holder was last heard.
+    #[serde(default)]
+    heard: Nanos,
 }
 
 impl EpochGate {
     /// Whether a report or action of `epoch` from node `from` counts.
     pub fn check(&mut self, epoch: u64, from: u32) -> Verdict {
+        self.check_at(epoch, from, 0, 0)
+    }
+
+    /// Whether a report or beat of `epoch` from node `from`, heard at
+    /// `now`, counts, when a holder heard within `lease` keeps its place.
+    pub fn check_at(&mut self, epoch: u64, from: u32, now: Nanos, lease: Nanos) -> Verdict {
         match self.holder {
             Some((e, who)) if epoch < e || (epoch == e && from != who) => {
                 Verdict::Refused { epoch: e }
             }
+            Some((e, who)) if from != who && now < self.heard.saturating_add(lease) => {
+                Verdict::Refused { epoch: e }
+            }
             _ => {
                 self.holder = Some((epoch, from));
+                self.heard = now;
                 Verdict::Accepted
             }
         }
@@ -317,6 +334,35 @@ mod tests {
         assert!(out.is_empty());
         a.poll(2000 * MS + cfg.lease, &mut out);
         assert_eq!(out[0], LeaseEvent::TookOver { epoch: 5 });
+    }
+
+    #[test]
+    fn the_gate_keeps_a_holder_it_hears_and_takes_the_newer_epoch_once_it_is_silent() {
+        let lease = 1000 * MS;
+        let mut gate = EpochGate::default();
+        assert_eq!(gate.check_at(1, 21, 0, lease), Verdict::Accepted);
+        // 21 beats on; 22, cut off from 21 alone, takes over with epoch 2.
+        assert_eq!(gate.check_at(1, 21, 500 * MS, lease), Verdict::Accepted);
+        assert_eq!(
+            gate.check_at(2, 22, 900 * MS, lease),
+            Verdict::Refused { epoch: 1 },
+            "the holder was heard 400 ms ago"
+        );
+        assert_eq!(gate.check_at(1, 21, 1400 * MS, lease), Verdict::Accepted);
+        assert_eq!(
+            gate.check_at(3, 22, 2300 * MS, lease),
+            Verdict::Refused { epoch: 1 }
+        );
+        // 21 dies: a lease after it was last heard, 22's epoch holds.
+        assert_eq!(gate.check_at(3, 22, 2400 * MS, lease), Verdict::Accepted);
+        assert_eq!(gate.holder(), Some((3, 22)));
+        assert_eq!(
+            gate.check_at(1, 21, 2500 * MS, lease),
+            Verdict::Refused { epoch: 3 },
+            "the old manager back: refused"
+        );
+        // The holder itself moving to a newer epoch is taken at once.
+        assert_eq!(gate.check_at(4, 22, 2600 * MS, lease), Verdict::Accepted);
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct Central {
     answered: VecDeque<(u64, (bool, String))>,
     children: Vec<(String, Child)>,
     window: Option<std::sync::Arc<crate::web::Window>>,
+    /// How long a manager not heard keeps its place.
+    lease: Nanos,
 }
 
 /// The central manager's state as `manage status` shows it.
@@ -150,7 +152,41 @@ impl Central {
             answered: VecDeque::new(),
             children: Vec::new(),
             window: None,
+            lease: 0,
         })
+    }
+
+    /// Keeps a group's manager in place while it was heard within `lease`:
+    /// a newer epoch from another node is taken only after that (the
+    /// lease of the cluster file).
+    pub fn keep_managers_for(&mut self, lease: Nanos) {
+        self.lease = lease;
+    }
+
+    /// The epoch gate of `group` on a beat or report from node `from`; the
+    /// refusal to send it, if refused.
+    fn gate(&mut self, group: u16, epoch: u64, from: u32, now: Nanos) -> Option<Vec<Send>> {
+        let lease = self.lease;
+        let g = self.groups.get_mut(group as usize)?;
+        match g.gate.check_at(epoch, from, now, lease) {
+            Verdict::Refused { epoch } => {
+                let holder = g.gate.holder().map_or(0, |h| h.1);
+                let refused = Body::Refused {
+                    group,
+                    epoch,
+                    holder,
+                };
+                let mut out = Vec::new();
+                send(self.me, from, refused, &mut out);
+                Some(out)
+            }
+            Verdict::Accepted => None,
+        }
+    }
+
+    /// A beat of group `group`'s manager `from`; what to answer.
+    pub fn on_beat(&mut self, from: u32, group: u16, epoch: u64, now: Nanos) -> Vec<Send> {
+        self.gate(group, epoch, from, now).unwrap_or_default()
     }
 
     /// A report from node `from`; what to answer.
@@ -166,23 +202,14 @@ impl Central {
         text: &str,
         now: Nanos,
     ) -> Vec<Send> {
-        let mut out = Vec::new();
-        let Some(g) = self.groups.get_mut(group as usize) else {
+        let out = Vec::new();
+        if group as usize >= self.groups.len() {
             return out;
-        };
-        match g.gate.check(epoch, from) {
-            Verdict::Refused { epoch } => {
-                let holder = g.gate.holder().map_or(0, |h| h.1);
-                let refused = Body::Refused {
-                    group,
-                    epoch,
-                    holder,
-                };
-                send(self.me, from, refused, &mut out);
-                return out;
-            }
-            Verdict::Accepted => {}
         }
+        if let Some(refused) = self.gate(group, epoch, from, now) {
+            return refused;
+        }
+        let g = &mut self.groups[group as usize];
         if (epoch, n) <= g.last {
             return out;
         }

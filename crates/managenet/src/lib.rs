@@ -218,14 +218,16 @@ impl Station {
                         (m.name.clone(), hosts)
                     })
                     .collect();
-                Some(Central::new(
+                let mut c = Central::new(
                     h.node,
                     groups,
                     settings.policy,
                     settings.commands.clone(),
                     &state_dir,
                     wall(),
-                )?)
+                )?;
+                c.keep_managers_for(settings.lease.lease);
+                Some(c)
             }
             _ => None,
         };
@@ -422,8 +424,15 @@ impl Station {
                 }
             }
             Body::Beat { group, epoch, n } => {
-                if let Some(l) = self.locals.iter_mut().find(|l| l.group == group) {
+                // A beat of this host's own (it is also the central
+                // manager) is no word from the other side.
+                let local = self.locals.iter_mut().find(|l| l.group == group);
+                if let (Some(l), true) = (local, m.from != me) {
                     l.on_beat(epoch, n, now);
+                }
+                if let Some(c) = &mut self.central {
+                    let out = c.on_beat(m.from, group, epoch, wall());
+                    self.flush(out);
                 }
             }
             Body::Refused {

@@ -165,6 +165,9 @@ impl Local {
                     n,
                 };
                 send(me, self.other, beat, &mut out);
+                // And to the central manager, which keeps a manager it
+                // hears in place (see `EpochGate::check_at`).
+                send(me, self.central, beat, &mut out);
             }
         }
         self.lease_events(ev, now);
@@ -314,7 +317,18 @@ mod tests {
             0,
         );
         let out = l.poll(lease.lease);
-        let reports = out.iter().filter(|(to, _)| *to == 9).count();
+        let reports = out
+            .iter()
+            .filter(|(to, m)| {
+                *to == 9
+                    && matches!(
+                        macrolink_wire::manage::Message::decode(m).map(|m| m.body),
+                        Ok(Body::Report { .. })
+                    )
+            })
+            .count();
+        let beats = out.iter().filter(|(to, _)| *to == 9).count() - reports;
+        assert_eq!(beats, 1, "the manager beats to the central manager too");
         assert_eq!(reports, 0, "nothing known yet: no report");
         l
     }
