@@ -101,8 +101,12 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     // Every host here is a child of this process: the file's secret if it
     // names one (so that `manage` and `cp` reach them with the file alone),
-    // else a fresh one each run.
+    // else a fresh one each run, which the embedded default's file names.
     macrolink_files::setup::secret_from_cluster(&cluster);
+    let fresh = match &a.cluster {
+        None => macrolink_files::setup::fresh_secret_file(&dir.path().join("secret"))?,
+        Some(_) => false,
+    };
     macrolink_files::setup::fresh_secret_unless_set()?;
     // Ended by a signal: the hosts end with this process (they were
     // started with --exit-with-parent), and the scratch directory goes.
@@ -116,7 +120,12 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => {
             let p = dir.path().join("cluster.toml");
-            std::fs::write(&p, macrolink_cluster::DEFAULT)?;
+            let named = if fresh {
+                "secret_file = \"secret\"\n"
+            } else {
+                ""
+            };
+            std::fs::write(&p, format!("{named}{}", macrolink_cluster::DEFAULT))?;
             p
         }
     };
@@ -135,7 +144,11 @@ pub fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }
     if a.stay {
-        eprintln!("hosts running; interrupt to stop");
+        eprintln!(
+            "hosts running; interrupt to stop. Their cluster file: {} \
+             (macrolink manage status FILE, macrolink cp --cluster FILE ...)",
+            file.display()
+        );
         loop {
             // Until a signal ends the process (exit_on_signals).
             std::thread::park();

@@ -140,6 +140,30 @@ pub fn fresh_secret_unless_set() -> Result<(), Error> {
     Ok(())
 }
 
+/// Writes a fresh random secret to `path` (readable by its owner only)
+/// and names it to this process and its children, unless the environment
+/// names a secret; whether it did. Call before starting any thread.
+pub fn fresh_secret_file(path: &Path) -> Result<bool, Error> {
+    if env_names_secret() {
+        return Ok(false);
+    }
+    let mut b = [0u8; 24];
+    getrandom::fill(&mut b).map_err(|e| Error::Usage(format!("no randomness: {e}")))?;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(hex.as_bytes()))
+        .map_err(|e| Error::local(path.display(), e))?;
+    // Before any thread exists (the caller's promise), and children inherit it.
+    std::env::set_var(SECRET_FILE_VAR, path);
+    Ok(true)
+}
+
 /// The shared secret: from `file`, else the file `MACROLINK_SECRET_FILE`
 /// names, else `MACROLINK_SECRET` itself.
 pub fn load_secret(file: Option<&Path>) -> Result<Secret, Error> {
