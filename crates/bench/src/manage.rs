@@ -43,6 +43,9 @@ pub struct Options {
     pub loss: f64,
     /// Seconds group 0's manager is stopped during it.
     pub stall_s: u64,
+    /// Hosts killed again after their reset, to be excluded (at most the
+    /// hosts that are neither manager nor fallback).
+    pub exclusions: usize,
 }
 
 /// One line of the table.
@@ -217,6 +220,14 @@ impl Bed {
     fn start(&mut self, i: usize) -> anyhow::Result<()> {
         // `ip netns exec` runs the command in its own place: the child is
         // the station itself, for signals.
+        // The central manager reads its own copy: its policy may change.
+        let file = match i {
+            0 => self.dir.path().join("central.toml"),
+            _ => self.file.clone(),
+        };
+        if !file.exists() {
+            std::fs::copy(&self.file, &file)?;
+        }
         let c = self
             .command(&self.homes[i])
             .args([
@@ -226,7 +237,7 @@ impl Bed {
                 "--host",
                 &self.names[i],
             ])
-            .arg(&self.file)
+            .arg(&file)
             .arg("--state-dir")
             .arg(self.dir.path().join("state"))
             .stdout(Stdio::null())
@@ -458,6 +469,7 @@ pub fn run(o: &Options, mut each: impl FnMut(&str)) -> anyhow::Result<Outcome> {
         0 => None,
         _ => Some(soak(&mut bed, o, &mut each)?),
     };
+    let excluded = exclusions(&mut bed, o, &mut each)?;
     Ok(Outcome {
         rows: vec![
             row("killed host (SIGKILL): failed", kill_detect, DETECT_PEERS),
@@ -469,11 +481,66 @@ pub fn run(o: &Options, mut each: impl FnMut(&str)) -> anyhow::Result<Outcome> {
                 frozen_takeover,
                 TAKEOVER_PEERS,
             ),
+            row("killed again after reset: excluded", excluded, ""),
         ],
         thawed,
         thawed_acted,
         soak,
     })
+}
+
+/// Hosts killed again after their reset (every one was reset in the
+/// trials before), with the central manager restarted on a policy that
+/// excludes a host failing again within an hour of its reset (its state
+/// read back); each host killed once, started again and included. Times
+/// from the kill to the exclusion.
+fn exclusions(bed: &mut Bed, o: &Options, each: &mut impl FnMut(&str)) -> anyhow::Result<Vec<u64>> {
+    if o.exclusions == 0 {
+        return Ok(Vec::new());
+    }
+    let central = bed.dir.path().join("central.toml");
+    let text =
+        std::fs::read_to_string(&bed.file)?.replace("again_within_s = 0", "again_within_s = 3600");
+    std::fs::write(&central, text)?;
+    bed.kill(0);
+    bed.start(0)?;
+    let until = Instant::now() + Duration::from_secs(15);
+    while (0..o.groups).any(|g| bed.manager(g).is_none()) {
+        anyhow::ensure!(
+            Instant::now() < until,
+            "the central manager did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = Vec::new();
+    // The hosts of each group that the trials reset.
+    let per_group = (o.hosts - 2).min(o.trials.div_ceil(o.groups));
+    for t in 0..o.exclusions.min(o.groups * per_group) {
+        let (g, i) = (t % o.groups, 2 + t / o.groups);
+        let name = format!("g{g}h{i}");
+        let at = bed.index(&name).context("host")?;
+        let t0 = wall();
+        bed.kill(at);
+        let excluded = bed.decided(&name, t0, |_, a| a == "exclude")?;
+        out.push(excluded - t0);
+        each(&format!(
+            "killed {name} again: excluded after {:.3} s",
+            (excluded - t0) as f64 / 1e9
+        ));
+        bed.start(at)?;
+        let ok = bed
+            .command(&bed.homes[0])
+            .args(["manage", "include"])
+            .arg(&central)
+            .args([&name, "--reason", "bench: back in"])
+            .output()?;
+        anyhow::ensure!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    }
+    Ok(out)
 }
 
 /// The quiet run: `o.soak_s` seconds with `o.loss` of group 0's datagrams

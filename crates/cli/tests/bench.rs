@@ -413,7 +413,7 @@ fn manage_bench_times_detection_resets_and_takeovers_and_stays_quiet_under_loss(
     let out = &json(&j)[0];
     let rows = out["rows"].as_array().unwrap();
     let events: Vec<&str> = rows.iter().map(|r| r["event"].as_str().unwrap()).collect();
-    assert_eq!(events.len(), 5, "{rows:?}");
+    assert_eq!(events.len(), 6, "{rows:?}");
     for r in rows {
         assert_eq!(r["trials"], 1, "{r}");
         let m = num(r, "median_s");

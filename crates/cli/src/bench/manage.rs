@@ -29,6 +29,10 @@ pub struct Args {
     /// Seconds group 0's manager is stopped in the quiet run.
     #[arg(long, default_value_t = 20)]
     stall: u64,
+    /// Hosts killed again after their reset, to be excluded (each host
+    /// but the managers once at most).
+    #[arg(long, default_value_t = 10)]
+    exclusions: usize,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -44,8 +48,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         soak_s: a.soak,
         loss: a.loss,
         stall_s: a.stall,
+        exclusions: a.exclusions,
     };
-    let bar = macrolink_bench::progress::bar((2 * o.trials + o.takeovers) as u64);
+    let bar = macrolink_bench::progress::bar((2 * o.trials + o.takeovers + o.exclusions) as u64);
     let out = manage::run(&o, |what| {
         bar.set_message(what.to_string());
         if !what.starts_with("soak") {
