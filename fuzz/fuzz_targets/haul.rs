@@ -37,5 +37,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         while link.poll_event().is_some() {}
+        link.send_datagram(9, &d[..d.len().min(200)]);
+        while link.poll_datagram().is_some() {}
     }
 });

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use macrolink_cluster::{Cluster, Host};
-use macrolink_relaynet::{plan, Relay, Seal, SEAL_CONTEXT};
+use macrolink_relaynet::{plan, Relay};
 use macrolink_testbed::ready::Line;
 use std::path::PathBuf;
 
@@ -45,7 +45,7 @@ pub fn serve(
     metrics: &MetricsArgs,
 ) -> anyhow::Result<()> {
     let key = macrolink_files::setup::load_secret(secret.as_deref())?.fabric_key();
-    let relay = Relay::bind(plan::config(c, h, Seal::new(key.derive(SEAL_CONTEXT)))?)?;
+    let relay = Relay::bind(plan::config(c, h, key)?)?;
     let meter = relay.meter();
     metrics.serve("macrolink_relay", |r| meter.register(r))?;
     eprintln!("{}: {relay}", h.name);

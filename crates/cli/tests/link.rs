@@ -131,7 +131,9 @@ fn the_link_delays_limits_and_counts_what_crosses_it() {
 /// relay is killed and the near side's writes fail instead of hanging.
 #[test]
 fn the_relay_pair_carries_a_long_lossy_link_and_its_death_is_an_error() {
-    use macrolink_fabric::{Addr, Completion, EndpointConfig, Key, Mode, Node, NodeConfig};
+    use macrolink_fabric::{
+        Addr, Completion, EndpointConfig, Key, Mode, Node, NodeConfig, RecvKind, Transport,
+    };
     use std::time::Instant;
     let Some(ns) = require::namespaces(2) else {
         return;
@@ -260,6 +262,22 @@ dead_ms = 1000
         }
         let secs = start.elapsed().as_secs_f64();
         eprintln!("64 MiB out and back over 20 ms + 1 % loss: {secs:.1} s");
+        // Datagrams cross too, once each: what 1 % loss each way leaves.
+        let dt = ep
+            .target_via(Addr::new(2, 1), Mode::Datagram, Transport::Udp)
+            .unwrap();
+        let mut echoed = 0;
+        for i in 0..200u64 {
+            let m = macrolink_testbed::data::pattern(1000 + i as usize, i);
+            ep.write(dt, &m).unwrap();
+            if let Some(r) = ep.read_timeout(&mut back, Duration::from_secs(1)).unwrap() {
+                assert_eq!(r.kind, RecvKind::Message(Mode::Datagram));
+                assert_eq!(&back[..r.len], &m[..], "datagram {i}");
+                echoed += 1;
+            }
+        }
+        eprintln!("datagrams: {echoed} of 200 came back");
+        assert!(echoed >= 180, "{echoed} of 200 datagrams came back");
         // The near relay's counters, a refresh later: all of it went out.
         std::thread::sleep(Duration::from_millis(1200));
         let m = macrolink_metrics::get("127.0.0.1:7690".parse().unwrap(), "/metrics").unwrap();
@@ -274,6 +292,7 @@ dead_ms = 1000
         );
         assert!(value("macrolink_relay_flows_out_total ") >= 1, "{m}");
         assert!(value("macrolink_relay_flows_open ") >= 1, "{m}");
+        assert!(value("macrolink_relay_datagrams_out_total ") >= 180, "{m}");
         // The far relay dies mid-transfer: an error within seconds.
         // SAFETY: kill sends a signal to a child the test owns.
         unsafe { libc::kill(rb_pid as i32, libc::SIGKILL) };

@@ -25,7 +25,7 @@
 
 use macrolink_wire::{
     Challenge, Flags, FrameKind, Header, Proof, Refusal, CHALLENGE_LEN, HEADER_LEN, MAC_LEN,
-    PROOF_LEN,
+    NONCE_LEN, PROOF_LEN,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -511,23 +511,11 @@ where
     let mut t = Timed { stream: s, until };
     t.write_all(&challenge.encode())?;
     let (msg, fd) = read_hello(&mut t, unix)?;
-    let h = match Header::decode(&msg) {
-        Ok(h) if h.kind == FrameKind::Hello && h.len == 0 => h,
-        _ => return refuse(&mut t, Refusal::Malformed),
+    let heard = match check(&shared.key, &challenge.nonce, &msg) {
+        Ok(h) => h,
+        Err(why) => return refuse(&mut t, why),
     };
-    let proof = Proof::decode(&msg[HEADER_LEN..])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let want = shared
-        .key
-        .initiator_mac(&challenge.nonce, &[&msg[..HEADER_LEN]], &proof.nonce);
-    if !key::macs_match(&want, &proof.mac) {
-        tracing::warn!(
-            "refused node {} (endpoint {}): it did not prove the fabric key",
-            h.src_node,
-            h.src_ep
-        );
-        return refuse(&mut t, Refusal::Unauthenticated);
-    }
+    let h = heard.hello;
     let Some(inbox) = shared.inbox(h.dst_ep) else {
         return refuse(&mut t, Refusal::NoSuchEndpoint);
     };
@@ -540,12 +528,7 @@ where
     let answer = |t: &mut Timed<'_, S>, port: u64| -> io::Result<()> {
         let mut a = Header::new(FrameKind::HelloOk);
         a.offset = port;
-        let ab = a.encode();
-        let mac = shared.key.acceptor_mac(&proof.nonce, &challenge.nonce, &ab);
-        let mut out = [0u8; HEADER_LEN + MAC_LEN];
-        out[..HEADER_LEN].copy_from_slice(&ab);
-        out[HEADER_LEN..].copy_from_slice(&mac);
-        t.write_all(&out)
+        t.write_all(heard.answer(&shared.key, &a).as_slice())
     };
     if resolve {
         answer(&mut t, u64::from(inbox.udp_port))?;
@@ -560,6 +543,103 @@ where
     };
     answer(&mut t, 0)?;
     Ok(Outcome::Adopt(inbox, Incoming { peer, stream }))
+}
+
+/// A hello whose proof was checked, waiting for its answer.
+#[derive(Clone, Debug)]
+pub struct Heard {
+    /// The hello as the initiator sent it.
+    pub hello: Header,
+    challenge: [u8; NONCE_LEN],
+    nonce: [u8; NONCE_LEN],
+}
+
+/// The bytes of a handshake's answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Answer {
+    bytes: [u8; HEADER_LEN + MAC_LEN],
+    len: usize,
+}
+
+impl Answer {
+    /// What goes on the wire.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl Heard {
+    /// The answer `a` (`HelloOk`, with this side's proof under `key`, or
+    /// `HelloRefused`) to the hello.
+    pub fn answer(&self, key: &Key, a: &Header) -> Answer {
+        let ab = a.encode();
+        let mut bytes = [0u8; HEADER_LEN + MAC_LEN];
+        bytes[..HEADER_LEN].copy_from_slice(&ab);
+        if a.kind != FrameKind::HelloOk {
+            return Answer {
+                bytes,
+                len: HEADER_LEN,
+            };
+        }
+        let mac = key.acceptor_mac(&self.nonce, &self.challenge, &ab);
+        bytes[HEADER_LEN..].copy_from_slice(&mac);
+        Answer {
+            bytes,
+            len: HEADER_LEN + MAC_LEN,
+        }
+    }
+}
+
+/// Checks a hello and its proof of `key` against the `challenge` sent.
+fn check(
+    key: &Key,
+    challenge: &[u8; NONCE_LEN],
+    msg: &HelloMsg,
+) -> std::result::Result<Heard, Refusal> {
+    let hello = match Header::decode(msg) {
+        Ok(h) if h.kind == FrameKind::Hello && h.len == 0 => h,
+        _ => return Err(Refusal::Malformed),
+    };
+    let proof = Proof::decode(&msg[HEADER_LEN..]).map_err(|_| Refusal::Malformed)?;
+    let want = key.initiator_mac(challenge, &[&msg[..HEADER_LEN]], &proof.nonce);
+    if !key::macs_match(&want, &proof.mac) {
+        tracing::warn!(
+            "refused node {} (endpoint {}): it did not prove the fabric key",
+            hello.src_node,
+            hello.src_ep
+        );
+        return Err(Refusal::Unauthenticated);
+    }
+    Ok(Heard {
+        hello,
+        challenge: *challenge,
+        nonce: proof.nonce,
+    })
+}
+
+/// The acceptor's side of the handshake up to its answer, all of it by
+/// `until`, for a process that answers on a node's behalf (a relay, which
+/// answers once the node has): sends a challenge, reads the hello and its
+/// proof, and checks the proof under `key`. A hello that fails is refused
+/// here and its reason returned.
+pub fn hear(
+    s: &mut TcpStream,
+    key: &Key,
+    until: Instant,
+) -> io::Result<std::result::Result<Heard, Refusal>> {
+    let challenge = Challenge {
+        nonce: key::nonce()?,
+    };
+    let mut t = Timed { stream: s, until };
+    t.write_all(&challenge.encode())?;
+    let (msg, _) = read_hello(&mut t, false)?;
+    match check(key, &challenge.nonce, &msg) {
+        Ok(h) => Ok(Ok(h)),
+        Err(why) => {
+            refuse(&mut t, why)?;
+            Ok(Err(why))
+        }
+    }
 }
 
 /// Reads a hello and its proof, and over a unix socket the descriptor that

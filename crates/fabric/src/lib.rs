@@ -45,7 +45,7 @@ pub(crate) mod sys;
 mod transport;
 mod types;
 
-pub use contact::{handshake, RAIL_USER_TIMEOUT_MS};
+pub use contact::{handshake, hear, Answer, Heard, RAIL_USER_TIMEOUT_MS};
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use iobuf::IoBuf;

@@ -3,7 +3,7 @@
 //! Each test moves patterned bytes through flows and checks every byte.
 
 use macrolink_linkemu::{LossModel, Pipe, QueueLimit, Rate, Spec};
-use macrolink_relay::haul::{Config, Event, Link, Nanos, Stats};
+use macrolink_relay::haul::{Config, Event, Link, Nanos, Stats, DATAGRAM_QUEUE};
 
 const MS: Nanos = 1_000_000;
 /// 1 Gbit/s.
@@ -374,4 +374,55 @@ fn flows_opened_together_over_a_lossy_link_each_arrive_whole() {
             s.total
         );
     }
+}
+
+#[test]
+fn datagrams_go_once_beside_a_flow_over_loss_and_duplication_and_a_full_queue_drops_them() {
+    let mut spec = link(GBIT, 2 * MS, LossModel::Bernoulli { p: 0.01 }, 5);
+    spec.duplicate = 0.05;
+    let mut p = Pair::new(jumbo(), spec, Spec { seed: 6, ..spec });
+    p.stream(1, 16 << 20, None);
+    const N: u32 = 2000;
+    let body = |i: u32| i.to_le_bytes().repeat(100);
+    let (mut sent, mut got) = (0u32, Vec::new());
+    while p.now < 10_000 * MS && (p.streams[0].finished_at.is_none() || sent < N) {
+        while sent < N && p.a.send_datagram(3, &body(sent)) {
+            sent += 1;
+            if sent % 8 == 0 {
+                break;
+            }
+        }
+        p.step();
+        while let Some((node, d)) = p.b.poll_datagram() {
+            assert_eq!(node, 3);
+            let i = u32::from_le_bytes(d[..4].try_into().unwrap());
+            assert_eq!(d, body(i), "datagram {i} whole");
+            got.push(i);
+        }
+    }
+    for _ in 0..2000 {
+        p.step();
+        while let Some((_, d)) = p.b.poll_datagram() {
+            got.push(u32::from_le_bytes(d[..4].try_into().unwrap()));
+        }
+    }
+    assert!(p.streams[0].finished_at.is_some(), "the flow finished");
+    let arrived = got.len();
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got.len(), arrived, "no datagram arrived twice");
+    let s = p.a.stats();
+    eprintln!("{arrived} of {N} datagrams arrived; {s:?}");
+    assert_eq!(s.datagrams_sent, u64::from(N));
+    assert!(
+        (1900..N as usize).contains(&arrived),
+        "1 % lost, none resent: {arrived}"
+    );
+    let before = s.datagrams_dropped;
+    let dropped = (0..DATAGRAM_QUEUE + 10)
+        .filter(|_| !p.a.send_datagram(3, b"x"))
+        .count();
+    assert_eq!(dropped, 10, "past the queue, datagrams are dropped");
+    assert!(!p.a.send_datagram(3, &vec![0; jumbo().packet]), "too large");
+    assert_eq!(p.a.stats().datagrams_dropped, before + 11);
 }

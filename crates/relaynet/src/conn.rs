@@ -4,9 +4,8 @@
 
 use macrolink_relay::haul::Link;
 use rustix::event::PollFlags;
-use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ pub(crate) struct Conn {
     sock: TcpStream,
     /// The near address that dialled us (`None`: we dialled).
     source: Option<IpAddr>,
-    connecting: bool,
     /// The near side sent its last byte.
     eof: bool,
     /// We sent the near side our last byte.
@@ -34,43 +32,15 @@ pub(crate) enum Served {
     Failed,
 }
 
-/// Starts a connection to a near node without waiting for it.
-pub(crate) fn dial(addr: SocketAddr) -> io::Result<Conn> {
-    let family = if addr.is_ipv4() {
-        AddressFamily::INET
-    } else {
-        AddressFamily::INET6
-    };
-    let fd = rustix::net::socket_with(
-        family,
-        SocketType::STREAM,
-        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
-        None,
-    )?;
-    match rustix::net::connect(&fd, &addr) {
-        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let sock = TcpStream::from(fd);
-    sock.set_nodelay(true)?;
-    Ok(Conn {
-        sock,
-        source: None,
-        connecting: true,
-        eof: false,
-        shut: false,
-    })
-}
-
 impl Conn {
-    /// A connection a near host made.
-    pub fn accepted(sock: TcpStream, from: IpAddr) -> io::Result<Conn> {
+    /// A connection whose handshake is over: one a near host made (from
+    /// `source`), or one this relay made to a node of its segment.
+    pub fn new(sock: TcpStream, source: Option<IpAddr>) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         Ok(Conn {
             sock,
-            source: Some(from),
-            connecting: false,
+            source,
             eof: false,
             shut: false,
         })
@@ -92,9 +62,6 @@ impl Conn {
 
     /// What to wait for.
     pub fn interest(&self, link: &Link, flow: u32) -> PollFlags {
-        if self.connecting {
-            return PollFlags::OUT;
-        }
         let mut f = PollFlags::empty();
         if !self.eof && link.writable(flow) > 0 {
             f |= PollFlags::IN;
@@ -113,17 +80,6 @@ impl Conn {
 
     /// Moves what can move without blocking, both ways.
     pub fn serve(&mut self, link: &mut Link, flow: u32, scratch: &mut [u8]) -> Served {
-        if self.connecting {
-            match self.sock.take_error() {
-                Ok(Some(e)) | Err(e) => return self.fail(link, flow, &e),
-                Ok(None) => {}
-            }
-            match self.sock.peer_addr() {
-                Ok(_) => self.connecting = false,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Served::Open,
-                Err(e) => return self.fail(link, flow, &e),
-            }
-        }
         if !link.has(flow) {
             return Served::Done;
         }

@@ -3,9 +3,12 @@
 //! segment dials its own relay instead (the cluster file gives it one port
 //! per far node); the relay carries the connection's bytes over the
 //! long-haul protocol to the relay at the other end, which dials the node.
-//! The fabric's handshake passes through unchanged, so the two hosts still
-//! prove the key to each other; the relays prove it to each other by a
-//! keyed hash on every datagram.
+//! Each relay checks the fabric's handshake on its own side: the near host
+//! proves the cluster key to its relay before anything of its connection
+//! crosses the long link, and the far relay proves it to the node, with the
+//! near host's hello (see `greet`); the relays prove it to each other by a
+//! keyed hash on every datagram. Datagrams of the fabric's datagram mode
+//! cross too, once each (see `dgram`).
 //!
 //! ```text
 //!  host ──tcp──► relay A ══ UDP: haul::Link ⇄ haul::Link ══► relay B ──tcp──► node
@@ -22,7 +25,10 @@
 //! timeout, then every socket is served without blocking.
 
 mod conn;
+mod dgram;
+mod greet;
 pub mod meter;
+mod opening;
 pub mod plan;
 
 pub use macrolink_fabric::seal::{Seal, TAG_LEN};
@@ -42,6 +48,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use conn::{Conn, Served};
+use dgram::Datagrams;
+use greet::{Done, Greeter};
+use macrolink_fabric::Key;
+use macrolink_wire::{Flags, FrameKind};
+use opening::{Opening, Step};
 
 /// Longest the loop sleeps, so that a stop request is seen.
 const MAX_SLEEP_NS: u64 = 50_000_000;
@@ -57,8 +68,10 @@ pub struct Config {
     pub long_local: SocketAddr,
     /// UDP address of the peer relay.
     pub long_peer: SocketAddr,
-    /// Key of the long link's datagrams.
-    pub seal: Seal,
+    /// The cluster's key: near hosts prove it to the relay before their
+    /// connection crosses the long link, and the long link's datagrams
+    /// are sealed with a key derived from it.
+    pub key: Key,
     /// For each node of the far segment, where near hosts dial it.
     pub listen: Vec<(u32, SocketAddr)>,
     /// Where the nodes of this segment are, for flows the peer opens.
@@ -98,6 +111,15 @@ pub struct Report {
     pub min_rtt_us: f64,
     /// Delivery rate measured, MB/s.
     pub measured_mb_s: f64,
+    /// Datagrams from near hosts sent on the long link.
+    pub datagrams_out: u64,
+    /// Datagrams from the long link delivered to near hosts.
+    pub datagrams_in: u64,
+    /// Datagrams dropped: a queue full, too large, or for an endpoint not
+    /// known here.
+    pub datagrams_dropped: u64,
+    /// Datagrams refused: not of this fabric, or not from this segment.
+    pub bad_datagrams: u64,
 }
 
 /// A relay with its sockets bound.
@@ -105,19 +127,9 @@ pub struct Report {
 pub struct Relay {
     meter: meter::Meter,
     cfg: Config,
+    seal: Seal,
     udp: UdpSocket,
     listeners: Vec<(u32, TcpListener)>,
-}
-
-/// Puts the long link's figures so far in `report`.
-fn fill(report: &mut Report, link: &Link) {
-    let s = link.stats();
-    report.packets_sent = s.packets_sent;
-    report.packets_received = s.packets_received;
-    report.bytes_sent = s.bytes_sent;
-    report.bytes_resent = s.bytes_resent;
-    report.min_rtt_us = s.min_rtt as f64 / 1e3;
-    report.measured_mb_s = s.bottleneck / 1e6;
 }
 
 impl Relay {
@@ -140,6 +152,7 @@ impl Relay {
         }
         Ok(Relay {
             meter: meter::Meter::default(),
+            seal: Seal::new(cfg.key.derive(SEAL_CONTEXT)),
             cfg,
             udp,
             listeners,
@@ -178,9 +191,14 @@ impl Relay {
         let start = Instant::now();
         let clock = || start.elapsed().as_nanos() as u64;
         let session = rand::random::<u64>();
-        let mut link = Link::new(self.cfg.haul, session, clock());
-        let mut conns: HashMap<u32, Conn> = HashMap::new();
-        let mut report = Report::default();
+        let mut st = State {
+            link: Link::new(self.cfg.haul, session, clock()),
+            conns: HashMap::new(),
+            opening: HashMap::new(),
+            greeter: Greeter::new(self.cfg.key.clone(), self.cfg.per_source)?,
+            dgrams: Datagrams::bind(&self.listeners, self.cfg.key.datagram_token())?,
+            report: Report::default(),
+        };
         let packet = self.cfg.haul.packet;
         let mut rbuf = vec![0u8; 65_536];
         let mut tbuf = vec![0u8; packet + TAG_LEN];
@@ -191,19 +209,19 @@ impl Relay {
             let now = clock();
             if now >= shown + 1_000_000_000 {
                 shown = now;
-                tracing::debug!("{:?}", link.stats());
-                fill(&mut report, &link);
-                self.meter.update(&report, conns.len());
+                tracing::debug!("{:?}", st.link.stats());
+                st.fill();
+                self.meter.update(&st.report, st.conns.len());
             }
             for _ in 0..RECV_BURST {
                 match self.udp.recv(&mut rbuf) {
-                    Ok(n) => match self.cfg.seal.open(&rbuf[..n]) {
+                    Ok(n) => match self.seal.open(&rbuf[..n]) {
                         Some(p) => {
-                            if link.handle(now, p).is_err() {
-                                report.bad_packets += 1;
+                            if st.link.handle(now, p).is_err() {
+                                st.report.bad_packets += 1;
                             }
                         }
-                        None => report.bad_tags += 1,
+                        None => st.report.bad_tags += 1,
                     },
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     // The peer is not up yet (an ICMP port unreachable).
@@ -211,46 +229,26 @@ impl Relay {
                     Err(e) => return Err(e),
                 }
             }
-            while let Some(ev) = link.poll_event() {
-                match ev {
-                    Event::Opened { flow, node } => {
-                        report.flows_in += 1;
-                        match self.cfg.near.get(&node).map(|a| conn::dial(*a)) {
-                            Some(Ok(c)) => {
-                                conns.insert(flow, c);
-                            }
-                            Some(Err(e)) => {
-                                tracing::warn!("flow {flow}: dialling node {node}: {e}");
-                                link.reset(flow);
-                            }
-                            None => {
-                                tracing::warn!("flow {flow}: node {node} is not on this segment");
-                                link.reset(flow);
-                            }
-                        }
-                    }
-                    Event::Reset { flow } => {
-                        report.resets += 1;
-                        if let Some(c) = conns.remove(&flow) {
-                            c.abort();
-                        }
-                    }
-                    Event::PeerLost => {
-                        report.peer_lost += 1;
-                        tracing::warn!("the peer relay at {} is lost", self.cfg.long_peer);
-                    }
-                }
+            st.events(&self.cfg);
+            self.accept(&mut st);
+            let done: Vec<Done> = st.greeter.take().collect();
+            for d in done {
+                st.on_done(d, &self.cfg);
             }
-            self.accept(&mut link, &mut conns, &mut report);
-            conns.retain(|&flow, c| match c.serve(&mut link, flow, &mut scratch) {
-                Served::Open => true,
-                Served::Done => false,
-                Served::Failed => {
-                    report.resets += 1;
-                    false
-                }
-            });
-            link.on_timeout(now);
+            st.openings(&self.cfg);
+            st.dgrams.deliver(&mut st.link);
+            st.dgrams.take_near(&mut st.link, &self.cfg.near);
+            let (link, report) = (&mut st.link, &mut st.report);
+            st.conns
+                .retain(|&flow, c| match c.serve(link, flow, &mut scratch) {
+                    Served::Open => true,
+                    Served::Done => false,
+                    Served::Failed => {
+                        report.resets += 1;
+                        false
+                    }
+                });
+            st.link.on_timeout(now);
             let now = clock();
             if let Some(p) = pending.take() {
                 if !send(&self.udp, &p)? {
@@ -258,58 +256,45 @@ impl Relay {
                 }
             }
             while pending.is_none() {
-                let Some(n) = link.poll_transmit(now, &mut tbuf[..packet]) else {
+                let Some(n) = st.link.poll_transmit(now, &mut tbuf[..packet]) else {
                     break;
                 };
-                let n = self.cfg.seal.close(&mut tbuf, n);
+                let n = self.seal.close(&mut tbuf, n);
                 if !send(&self.udp, &tbuf[..n])? {
                     pending = Some(tbuf[..n].to_vec());
                 }
             }
-            self.sleep(&link, &conns, pending.is_some(), clock())?;
+            self.sleep(&st, pending.is_some(), clock())?;
         }
-        fill(&mut report, &link);
-        self.meter.update(&report, 0);
-        Ok(report)
+        st.fill();
+        self.meter.update(&st.report, 0);
+        Ok(st.report)
     }
 
-    fn accept(&self, link: &mut Link, conns: &mut HashMap<u32, Conn>, report: &mut Report) {
+    /// Connections near hosts made: each goes to a handshake thread, as
+    /// long as its source holds less than its share.
+    fn accept(&self, st: &mut State) {
         for (node, l) in &self.listeners {
             while let Ok((sock, from)) = l.accept() {
-                let from_here = conns
-                    .values()
-                    .filter(|c| c.source() == Some(from.ip()))
-                    .count();
+                let held = st.conns.values().map(Conn::source);
+                let held = held.chain(st.opening.values().map(Opening::source));
+                let from_here = held.filter(|s| *s == Some(from.ip())).count();
                 if from_here >= self.cfg.per_source {
-                    report.refused += 1;
+                    st.report.refused += 1;
                     tracing::info!("refused {from}: {from_here} connections from it already");
                     continue;
                 }
-                let Some(flow) = link.open(*node) else {
-                    report.refused += 1;
-                    tracing::info!("refused {from}: {} flows already", link.flows());
-                    continue;
-                };
-                match Conn::accepted(sock, from.ip()) {
-                    Ok(c) => {
-                        report.flows_out += 1;
-                        conns.insert(flow, c);
-                    }
-                    Err(_) => link.reset(flow),
+                if sock.set_nonblocking(false).is_ok() {
+                    st.greeter.hear(*node, sock, from);
                 }
             }
         }
     }
 
     /// Waits for a socket or the link's next timeout.
-    fn sleep(
-        &self,
-        link: &Link,
-        conns: &HashMap<u32, Conn>,
-        blocked: bool,
-        now: u64,
-    ) -> io::Result<()> {
-        let wait = link
+    fn sleep(&self, st: &State, blocked: bool, now: u64) -> io::Result<()> {
+        let wait = st
+            .link
             .next_timeout()
             .map_or(MAX_SLEEP_NS, |t| t.saturating_sub(now))
             .min(MAX_SLEEP_NS);
@@ -320,12 +305,18 @@ impl Relay {
         if blocked {
             udp |= PollFlags::OUT;
         }
-        let mut fds = vec![PollFd::new(&self.udp, udp)];
+        let mut fds = vec![
+            PollFd::new(&self.udp, udp),
+            PollFd::from_borrowed_fd(st.greeter.wake_fd(), PollFlags::IN),
+        ];
         for (_, l) in &self.listeners {
             fds.push(PollFd::new(l, PollFlags::IN));
         }
-        for (&flow, c) in conns {
-            let flags = c.interest(link, flow);
+        for d in st.dgrams.sockets() {
+            fds.push(PollFd::new(d, PollFlags::IN));
+        }
+        for (&flow, c) in &st.conns {
+            let flags = c.interest(&st.link, flow);
             if !flags.is_empty() {
                 fds.push(PollFd::from_borrowed_fd(c.as_fd(), flags));
             }
@@ -338,6 +329,168 @@ impl Relay {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// What a running relay holds: the long link, the flows' connections and
+/// handshakes, the datagram path, and its counts.
+struct State {
+    link: Link,
+    conns: HashMap<u32, Conn>,
+    opening: HashMap<u32, Opening>,
+    greeter: Greeter,
+    dgrams: Datagrams,
+    report: Report,
+}
+
+impl State {
+    /// Puts the figures so far in the report.
+    fn fill(&mut self) {
+        let r = &mut self.report;
+        let s = self.link.stats();
+        r.packets_sent = s.packets_sent;
+        r.packets_received = s.packets_received;
+        r.bytes_sent = s.bytes_sent;
+        r.bytes_resent = s.bytes_resent;
+        r.min_rtt_us = s.min_rtt as f64 / 1e3;
+        r.measured_mb_s = s.bottleneck / 1e6;
+        let d = self.dgrams.counts;
+        r.datagrams_out = d.out;
+        r.datagrams_in = d.delivered;
+        r.datagrams_dropped = s.datagrams_dropped + d.undeliverable;
+        r.bad_datagrams = d.bad;
+    }
+
+    /// The long link's events: flows the peer opened or reset, the peer
+    /// lost.
+    fn events(&mut self, cfg: &Config) {
+        while let Some(ev) = self.link.poll_event() {
+            match ev {
+                Event::Opened { flow, node } => {
+                    self.report.flows_in += 1;
+                    let got = Default::default();
+                    self.opening.insert(flow, Opening::Hello { node, got });
+                }
+                Event::Reset { flow } => {
+                    self.report.resets += 1;
+                    if let Some(c) = self.conns.remove(&flow) {
+                        c.abort();
+                    }
+                    self.opening.remove(&flow);
+                }
+                Event::PeerLost => {
+                    self.report.peer_lost += 1;
+                    tracing::warn!("the peer relay at {} is lost", cfg.long_peer);
+                }
+            }
+        }
+    }
+
+    /// A handshake thread ended.
+    fn on_done(&mut self, done: Done, cfg: &Config) {
+        let link = &mut self.link;
+        match done {
+            Done::Heard {
+                node,
+                sock,
+                from,
+                heard,
+            } => {
+                let Some(flow) = link.open(node) else {
+                    self.report.refused += 1;
+                    tracing::info!("refused {from}: {} flows already", link.flows());
+                    return;
+                };
+                self.report.flows_out += 1;
+                link.write(flow, &heard.hello.encode());
+                let o = Opening::Answer {
+                    node,
+                    sock,
+                    source: from.ip(),
+                    heard,
+                    got: Default::default(),
+                };
+                self.opening.insert(flow, o);
+            }
+            Done::Dialled { flow, answer, sock } => {
+                let Some(Opening::Dialling { node, hello }) = self.opening.remove(&flow) else {
+                    return;
+                };
+                if !link.has(flow) {
+                    return;
+                }
+                link.write(flow, &answer.encode());
+                let resolve = hello.flags.contains(Flags::RESOLVE_UDP);
+                let at = cfg.near.get(&node);
+                if let (true, FrameKind::HelloOk, Some(at)) = (resolve, answer.kind, at) {
+                    if let Ok(port) = u16::try_from(answer.offset) {
+                        let addr = SocketAddr::new(at.ip(), port);
+                        self.dgrams.resolved(node, hello.dst_ep, addr);
+                    }
+                }
+                match sock {
+                    Some(s) if answer.kind == FrameKind::HelloOk && !resolve => {
+                        match Conn::new(s, None) {
+                            Ok(c) => {
+                                self.conns.insert(flow, c);
+                            }
+                            Err(_) => link.reset(flow),
+                        }
+                    }
+                    _ => link.finish(flow),
+                }
+            }
+            Done::Failed { flow, why } => {
+                if self.opening.remove(&flow).is_some() {
+                    tracing::warn!("flow {flow}: {why}");
+                    self.report.resets += 1;
+                    link.reset(flow);
+                }
+            }
+        }
+    }
+
+    /// Moves every flow's handshake on.
+    fn openings(&mut self, cfg: &Config) {
+        let mut opening = std::mem::take(&mut self.opening);
+        opening.retain(|&flow, o| {
+            let dgrams = &self.dgrams;
+            let step = o.step(&mut self.link, flow, self.greeter.key(), |n| dgrams.port(n));
+            self.on_step(step, flow, cfg)
+        });
+        self.opening = opening;
+    }
+
+    /// Acts on a step of a flow's handshake; whether it is still opening.
+    fn on_step(&mut self, step: Step, flow: u32, cfg: &Config) -> bool {
+        let link = &mut self.link;
+        match step {
+            Step::Wait => return link.has(flow),
+            Step::Dial { node, hello } => match cfg.near.get(&node) {
+                Some(addr) => {
+                    self.greeter.dial(flow, *addr, hello);
+                    return true;
+                }
+                None => {
+                    tracing::warn!("flow {flow}: node {node} is not on this segment");
+                    self.report.resets += 1;
+                    link.reset(flow);
+                }
+            },
+            Step::Open { sock, source } => match Conn::new(sock, Some(source)) {
+                Ok(c) => {
+                    self.conns.insert(flow, c);
+                }
+                Err(_) => link.reset(flow),
+            },
+            Step::Ended => link.finish(flow),
+            Step::Failed(why) => {
+                tracing::warn!("flow {flow}: {why}");
+                self.report.resets += 1;
+                link.reset(flow);
+            }
+        }
+        false
     }
 }
 
@@ -407,9 +560,14 @@ impl fmt::Display for Report {
             "measured: min round trip {:.0} us, delivery rate {:.1} MB/s",
             self.min_rtt_us, self.measured_mb_s
         )?;
+        writeln!(
+            f,
+            "datagrams: {} out, {} in, {} dropped, {} refused",
+            self.datagrams_out, self.datagrams_in, self.datagrams_dropped, self.bad_datagrams
+        )?;
         write!(
             f,
-            "refused datagrams: {} bad tags, {} malformed; peer lost {} times",
+            "refused long-link datagrams: {} bad tags, {} malformed; peer lost {} times",
             self.bad_tags, self.bad_packets, self.peer_lost
         )
     }

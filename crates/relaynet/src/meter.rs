@@ -21,6 +21,10 @@ pub struct Meter {
     packets_received: Counter,
     bytes_sent: Counter,
     bytes_resent: Counter,
+    datagrams_out: Counter,
+    datagrams_in: Counter,
+    datagrams_dropped: Counter,
+    bad_datagrams: Counter,
     flows_open: Gauge,
     min_rtt_us: Gauge,
     rate_kb_s: Gauge,
@@ -70,6 +74,26 @@ impl Meter {
                 "Payload bytes sent again",
                 &self.bytes_resent,
             ),
+            (
+                "datagrams_out",
+                "Datagrams of near hosts sent on the long link",
+                &self.datagrams_out,
+            ),
+            (
+                "datagrams_in",
+                "Datagrams from the long link delivered to near hosts",
+                &self.datagrams_in,
+            ),
+            (
+                "datagrams_dropped",
+                "Datagrams dropped: a queue full, too large, or for an endpoint not known",
+                &self.datagrams_dropped,
+            ),
+            (
+                "bad_datagrams",
+                "Datagrams refused: not of the fabric, or not from this segment",
+                &self.bad_datagrams,
+            ),
         ];
         for (name, help, c) in counters {
             r.register(name, help, c.clone());
@@ -105,6 +129,14 @@ impl Meter {
             ),
             (&self.bytes_sent, now.bytes_sent, last.bytes_sent),
             (&self.bytes_resent, now.bytes_resent, last.bytes_resent),
+            (&self.datagrams_out, now.datagrams_out, last.datagrams_out),
+            (&self.datagrams_in, now.datagrams_in, last.datagrams_in),
+            (
+                &self.datagrams_dropped,
+                now.datagrams_dropped,
+                last.datagrams_dropped,
+            ),
+            (&self.bad_datagrams, now.bad_datagrams, last.bad_datagrams),
         ];
         for (c, n, l) in pairs {
             c.inc_by(n.saturating_sub(l));

@@ -5,7 +5,8 @@ use macrolink_cluster::{Cluster, Error as ClusterError, Host, Role};
 use macrolink_relay::haul;
 use std::collections::BTreeMap;
 
-use crate::{Config, Seal};
+use crate::Config;
+use macrolink_fabric::Key;
 
 /// Connections one near address may hold, unless set.
 pub const PER_SOURCE: usize = 256;
@@ -22,9 +23,8 @@ pub enum PlanError {
     Cluster(#[from] ClusterError),
 }
 
-/// The configuration of relay host `h` of `c`, whose datagrams `seal`
-/// seals (see [`SEAL_CONTEXT`](crate::SEAL_CONTEXT)).
-pub fn config(c: &Cluster, h: &Host, seal: Seal) -> Result<Config, PlanError> {
+/// The configuration of relay host `h` of `c`, a cluster of `key`.
+pub fn config(c: &Cluster, h: &Host, key: Key) -> Result<Config, PlanError> {
     let not = || PlanError::NotARelay(h.name.clone());
     if h.role != Role::Relay {
         return Err(not());
@@ -52,7 +52,7 @@ pub fn config(c: &Cluster, h: &Host, seal: Seal) -> Result<Config, PlanError> {
     Ok(Config {
         long_local: plan.long_local,
         long_peer: plan.long_peer,
-        seal,
+        key,
         listen: plan.listen,
         near: plan.near.into_iter().collect::<BTreeMap<_, _>>(),
         haul,
@@ -68,7 +68,7 @@ mod tests {
     fn the_files_datagram_size_holds_the_tag_and_each_relay_gets_its_side() {
         let text = include_str!("../../../examples/clusters/two-segments.toml");
         let c = Cluster::parse(text).unwrap();
-        let seal = || Seal::new([9; 32]);
+        let seal = || Key::from_secret(b"a relay plan's secret").unwrap();
         let east = config(&c, c.host("relay-east").unwrap(), seal()).unwrap();
         let west = config(&c, c.host("relay-west").unwrap(), seal()).unwrap();
         assert_eq!(east.haul.packet + crate::TAG_LEN, c.range.packet.unwrap());

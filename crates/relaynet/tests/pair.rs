@@ -1,12 +1,17 @@
 //! A pair of relays on loopback carries fabric traffic between a near node
 //! and a far one: reliable messages and puts arrive whole, the far side's
 //! replies come back, a dead relay fails the flows instead of hanging them,
-//! and one near address cannot take every flow.
+//! strangers get nothing across, and one near address cannot take every
+//! flow.
 
-use macrolink_fabric::{Addr, Completion, EndpointConfig, Key, Mode, Node, NodeConfig};
+use macrolink_fabric::{
+    Addr, Completion, EndpointConfig, Key, Mode, Node, NodeConfig, RecvKind, Transport,
+};
 use macrolink_relay::haul;
-use macrolink_relaynet::{Config, Relay, Report, Seal};
+use macrolink_relaynet::{Config, Relay, Report};
 use macrolink_testbed::data::pattern;
+use macrolink_wire::haul::DATAGRAM_OVERHEAD;
+use macrolink_wire::{FrameKind, Header, HEADER_LEN};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -74,11 +79,10 @@ fn pair(
     per_source: usize,
 ) -> (Running, Running) {
     let (la, lb) = (free_udp(), free_udp());
-    let seal = Seal::new(key().derive(macrolink_relaynet::SEAL_CONTEXT));
     let a = Running::start(Config {
         long_local: la,
         long_peer: lb,
-        seal: seal.clone(),
+        key: key(),
         listen: vec![(far, "127.0.0.1:0".parse().unwrap())],
         near: BTreeMap::new(),
         haul,
@@ -87,11 +91,42 @@ fn pair(
     let b = Running::start(Config {
         long_local: lb,
         long_peer: la,
-        seal,
+        key: key(),
         listen: Vec::new(),
         near: BTreeMap::from([(far, far_addr)]),
         haul: haul::Config { high: true, ..haul },
         per_source,
+    });
+    (a, b)
+}
+
+/// Relays that carry datagrams both ways: A serves near node `near` and
+/// hosts that dial far node `far`; B the other way round.
+fn pair_both(far: u32, far_addr: SocketAddr, near: u32) -> (Running, Running) {
+    let (la, lb) = (free_udp(), free_udp());
+    let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    // Near nodes are dialled only for flows the peer opens; none here.
+    let unused: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let a = Running::start(Config {
+        long_local: la,
+        long_peer: lb,
+        key: key(),
+        listen: vec![(far, lo)],
+        near: BTreeMap::from([(near, unused)]),
+        haul: haul::Config::default(),
+        per_source: 64,
+    });
+    let b = Running::start(Config {
+        long_local: lb,
+        long_peer: la,
+        key: key(),
+        listen: vec![(near, lo)],
+        near: BTreeMap::from([(far, far_addr)]),
+        haul: haul::Config {
+            high: true,
+            ..haul::Config::default()
+        },
+        per_source: 64,
     });
     (a, b)
 }
@@ -221,20 +256,161 @@ fn a_relay_that_dies_fails_the_flow_instead_of_hanging_it() {
 }
 
 #[test]
+fn datagrams_cross_the_relay_pair_both_ways_and_strangers_datagrams_stop_at_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let far = node(2, dir.path(), &[]);
+    let (mut a, mut b) = pair_both(2, far.tcp_addr().unwrap(), 1);
+    let near = node(1, dir.path(), &[(2, a.addr_of(2))]);
+    let mut fep = far.open(5, ep_cfg()).unwrap();
+    const COUNT: usize = 200;
+    let echo = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let mut n = 0;
+        while let Ok(Some(r)) = fep.read_timeout(&mut buf, Duration::from_secs(3)) {
+            assert_eq!(r.kind, RecvKind::Message(Mode::Datagram));
+            let t = fep.reply_target(&r, Mode::Datagram).unwrap();
+            fep.write(t, &buf[..r.len]).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let mut nep = near.open(7, ep_cfg()).unwrap();
+    let t = nep
+        .target_via(Addr::new(2, 5), Mode::Datagram, Transport::Udp)
+        .unwrap();
+    // Strangers at the relay's datagram socket for node 2: garbage, and a
+    // well-formed datagram without the fabric's token.
+    let relay_udp = a.addr_of(2);
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    stranger.send_to(&[0x5A; 300], relay_udp).unwrap();
+    let mut h = Header::new(FrameKind::Datagram);
+    h.src_node = 1;
+    h.src_ep = 9;
+    h.dst_ep = 5;
+    h.key = 0xdead_beef;
+    h.len = 4;
+    let mut d = h.encode().to_vec();
+    d.extend_from_slice(b"evil");
+    stranger.send_to(&d, relay_udp).unwrap();
+    // The largest datagram one packet of the long link carries.
+    let largest = haul::Config::default().packet - DATAGRAM_OVERHEAD - HEADER_LEN;
+    let mut buf = vec![0u8; 4096];
+    // One too large for the long link: dropped at the relay, and counted.
+    nep.write(t, &vec![1u8; largest + 1]).unwrap();
+    let mut echoed = 0;
+    for i in 0..COUNT {
+        let msg = pattern((i * 97) % (largest + 1), i as u64);
+        nep.write(t, &msg).unwrap();
+        if let Some(r) = nep.read_timeout(&mut buf, Duration::from_secs(2)).unwrap() {
+            assert_eq!(r.from, Addr::new(2, 5));
+            assert_eq!(&buf[..r.len], &msg[..], "datagram {i} came back whole");
+            echoed += 1;
+        }
+    }
+    assert!(echoed >= COUNT * 9 / 10, "{echoed} of {COUNT} came back");
+    let served = echo.join().unwrap();
+    assert_eq!(served, echoed, "the far endpoint heard only ours");
+    let (ra, rb) = (a.stop(), b.stop());
+    eprintln!("{ra:?}\n{rb:?}");
+    assert!(ra.datagrams_out >= echoed as u64 && rb.datagrams_in >= echoed as u64);
+    assert!(rb.datagrams_out >= echoed as u64 && ra.datagrams_in >= echoed as u64);
+    assert_eq!(ra.bad_datagrams, 2, "both strangers' datagrams refused");
+    assert_eq!(ra.datagrams_dropped, 1, "the one too large");
+    assert_eq!((ra.flows_out, rb.flows_in), (1, 1), "one flow: the resolve");
+}
+
+/// A hello from node 1's endpoint `ep` to endpoint 1, proven under `key`
+/// by hand through relay `a`.
+fn hand_hello(a: &Running, ep: u32, key: &Key) -> (TcpStream, macrolink_fabric::Result<u64>) {
+    let mut s = TcpStream::connect(a.addr_of(2)).unwrap();
+    let mut h = Header::new(FrameKind::Hello);
+    h.src_node = 1;
+    h.src_ep = ep;
+    h.dst_ep = 1;
+    let r = macrolink_fabric::handshake(&mut s, key, h);
+    (s, r)
+}
+
+#[test]
+fn strangers_get_no_flow_and_a_proven_host_gets_through_while_they_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let far = node(2, dir.path(), &[]);
+    let (mut a, mut b) = pair(2, far.tcp_addr().unwrap(), haul::Config::default(), 4);
+    let mut fep = far.open(1, ep_cfg()).unwrap();
+    // Silent connections from one source: the relay's challenge, then
+    // nothing; past the cap the oldest are cut.
+    let silent: Vec<TcpStream> = (0..6)
+        .map(|_| TcpStream::connect(a.addr_of(2)).unwrap())
+        .collect();
+    let wrong = Key::from_secret(b"not the cluster's secret at all").unwrap();
+    let (_s, r) = hand_hello(&a, 7, &wrong);
+    assert!(
+        matches!(r, Err(macrolink_fabric::Error::Unauthenticated { .. })),
+        "{r:?}"
+    );
+    // Garbage instead of a hello.
+    let mut g = TcpStream::connect(a.addr_of(2)).unwrap();
+    g.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut c = [0u8; 64];
+    g.read_exact(&mut c[..8]).unwrap();
+    std::io::Write::write_all(&mut g, &[0xA5; 200]).unwrap();
+    let mut rest = Vec::new();
+    let _ = g.read_to_end(&mut rest);
+    // A node with the key gets through all the same.
+    let near = node(1, dir.path(), &[(2, a.addr_of(2))]);
+    let mut nep = near.open(1, ep_cfg()).unwrap();
+    let t = nep.target(Addr::new(2, 1), Mode::Reliable).unwrap();
+    nep.write(t, b"through").unwrap();
+    let mut buf = [0u8; 64];
+    let r = fep
+        .read_timeout(&mut buf, Duration::from_secs(10))
+        .unwrap()
+        .expect("the message");
+    assert_eq!(&buf[..r.len], b"through");
+    let cut = silent
+        .iter()
+        .filter(|s| {
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut b = [0u8; 64];
+            let mut s: &TcpStream = s;
+            let _ = s.read(&mut b); // the challenge
+            match s.read(&mut b) {
+                Ok(0) => true,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                Ok(_) => false,
+            }
+        })
+        .count();
+    assert!(
+        (2..6).contains(&cut),
+        "past the cap of 4 the oldest silent ones were cut, and only they ({cut} of 6)"
+    );
+    drop((nep, near, silent));
+    let (ra, rb) = (a.stop(), b.stop());
+    assert_eq!(
+        (ra.flows_out, rb.flows_in),
+        (1, 1),
+        "only the proven host's connection crossed: {ra:?}"
+    );
+}
+
+#[test]
 fn one_near_address_holds_at_most_its_share_of_flows() {
     let dir = tempfile::tempdir().unwrap();
     let far = node(2, dir.path(), &[]);
     let (a, _b) = pair(2, far.tcp_addr().unwrap(), haul::Config::default(), 4);
+    let _fep = far.open(1, ep_cfg()).unwrap();
     let held: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(a.addr_of(2)).unwrap())
+        .map(|i| {
+            let (s, r) = hand_hello(&a, 10 + i, &key());
+            r.expect("the far node took it");
+            s
+        })
         .collect();
-    // Each reaches the far node, whose handshake challenge comes back.
-    for mut s in &held {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut b = [0u8; 8];
-        s.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..4], b"MLch");
-    }
     let mut extra = TcpStream::connect(a.addr_of(2)).unwrap();
     extra
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -244,4 +420,5 @@ fn one_near_address_holds_at_most_its_share_of_flows() {
         matches!(extra.read(&mut b), Ok(0) | Err(_)),
         "the fifth is closed at once"
     );
+    drop(held);
 }

@@ -77,6 +77,14 @@ pub enum Body<'a> {
     },
     /// Asks for an ack (probe, keep-alive).
     Ping,
+    /// One datagram of the fabric's datagram mode, for `node` on the
+    /// receiving relay's segment: never resent, dropped when no room.
+    Datagram {
+        /// Node the datagram is for.
+        node: u32,
+        /// The fabric datagram, its header included.
+        data: &'a [u8],
+    },
     /// Packets received, and how far each flow may send.
     Ack(Ack),
 }
@@ -107,6 +115,9 @@ const DATA: u8 = 1;
 const RESET: u8 = 2;
 const PING: u8 = 3;
 const ACK: u8 = 4;
+const DATAGRAM: u8 = 5;
+/// Bytes a datagram packet adds to the datagram it carries.
+pub const DATAGRAM_OVERHEAD: usize = HAUL_HEADER_LEN + 4 + 2;
 
 impl Packet<'_> {
     /// Bytes of the encoded packet.
@@ -116,6 +127,7 @@ impl Packet<'_> {
                 Body::Data { data, .. } => DATA_OVERHEAD - HAUL_HEADER_LEN + data.len(),
                 Body::Reset { .. } => 8,
                 Body::Ping => 0,
+                Body::Datagram { data, .. } => DATAGRAM_OVERHEAD - HAUL_HEADER_LEN + data.len(),
                 Body::Ack(a) => 4 + 2 + 16 * a.ranges.len() + 2 + 12 * a.credits.len(),
             }
     }
@@ -137,6 +149,7 @@ impl Packet<'_> {
             Body::Data { .. } => DATA,
             Body::Reset { .. } => RESET,
             Body::Ping => PING,
+            Body::Datagram { .. } => DATAGRAM,
             Body::Ack(_) => ACK,
         };
         w.put(&[kind]);
@@ -165,6 +178,14 @@ impl Packet<'_> {
                 w.put(&node.to_le_bytes());
             }
             Body::Ping => {}
+            Body::Datagram { node, data } => {
+                if data.len() > MAX_HAUL_PAYLOAD {
+                    return None;
+                }
+                w.put(&node.to_le_bytes());
+                w.put(&(data.len() as u16).to_le_bytes());
+                w.put(data);
+            }
             Body::Ack(a) => {
                 if a.ranges.len() > MAX_ACK_RANGES || a.credits.len() > MAX_CREDITS {
                     return None;
@@ -231,6 +252,17 @@ impl<'a> Packet<'a> {
                 node: r.u32()?,
             },
             PING => Body::Ping,
+            DATAGRAM => {
+                let node = r.u32()?;
+                let len = usize::from(r.u16()?);
+                if len > MAX_HAUL_PAYLOAD {
+                    return Err(HaulError::Oversize);
+                }
+                Body::Datagram {
+                    node,
+                    data: r.take(len)?,
+                }
+            }
             ACK => {
                 let delay_us = r.u32()?;
                 let n = usize::from(r.u16()?);
@@ -347,6 +379,10 @@ mod tests {
             },
             Body::Reset { flow: 4, node: 2 },
             Body::Ping,
+            Body::Datagram {
+                node: 5,
+                data: &data[..64],
+            },
             Body::Ack(Ack {
                 delay_us: 250,
                 ranges: vec![(10, 12), (3, 8)],

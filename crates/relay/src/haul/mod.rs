@@ -28,7 +28,7 @@ mod model;
 mod pns;
 
 use macrolink_wire::haul::{
-    Ack, Body, HaulError, Packet, DATA_OVERHEAD, MAX_CREDITS, MAX_HAUL_PAYLOAD,
+    Ack, Body, HaulError, Packet, DATAGRAM_OVERHEAD, DATA_OVERHEAD, MAX_CREDITS, MAX_HAUL_PAYLOAD,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -47,6 +47,9 @@ const ACK_EVERY: u32 = 2;
 const MAX_ACK_DELAY: Nanos = 1_000_000;
 /// Packets acked after a packet that make it lost.
 const PACKET_THRESHOLD: u64 = 3;
+/// Datagrams waiting each way, at most; more are dropped, as a switch
+/// drops what its queue cannot hold.
+pub const DATAGRAM_QUEUE: usize = 256;
 
 /// How a relay's end of the long link behaves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -140,6 +143,12 @@ pub struct Stats {
     pub probes: u64,
     /// Pieces dropped for passing the credit granted.
     pub over_credit: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams taken from the peer.
+    pub datagrams_received: u64,
+    /// Datagrams dropped: a queue full, or too large for a packet.
+    pub datagrams_dropped: u64,
     /// Packets of another session while the peer spoke (replays).
     pub stale: u64,
     /// Bytes the local side took from the peer's flows.
@@ -163,6 +172,7 @@ enum What {
     Data(u32, Piece),
     Reset(u32, u32),
     Ping,
+    Datagram,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -197,6 +207,10 @@ pub struct Link {
     cursor: u32,
     resets: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
+    /// Datagrams to send, and datagrams taken, by node.
+    datagrams_out: VecDeque<(u32, Vec<u8>)>,
+    datagrams_in: VecDeque<(u32, Vec<u8>)>,
+    datagram_turn: bool,
     // Sending.
     next_pn: u64,
     in_flight: BTreeMap<u64, Sent>,
@@ -235,6 +249,9 @@ impl Link {
             cursor: 0,
             resets: VecDeque::new(),
             events: VecDeque::new(),
+            datagrams_out: VecDeque::new(),
+            datagrams_in: VecDeque::new(),
+            datagram_turn: false,
             next_pn: 0,
             in_flight: BTreeMap::new(),
             bytes_in_flight: 0,
@@ -361,6 +378,24 @@ impl Link {
         }
     }
 
+    /// Queues a datagram for `node` on the peer's segment: sent once,
+    /// paced with the flows' bytes, never resent. False if it was dropped
+    /// (the queue is full, or it does not fit in a packet).
+    pub fn send_datagram(&mut self, node: u32, data: &[u8]) -> bool {
+        let fits = DATAGRAM_OVERHEAD + data.len() <= self.cfg.packet;
+        if !fits || self.datagrams_out.len() >= DATAGRAM_QUEUE {
+            self.stats.datagrams_dropped += 1;
+            return false;
+        }
+        self.datagrams_out.push_back((node, data.to_vec()));
+        true
+    }
+
+    /// The next datagram from the peer: the node it is for, and its bytes.
+    pub fn poll_datagram(&mut self) -> Option<(u32, Vec<u8>)> {
+        self.datagrams_in.pop_front()
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -400,6 +435,17 @@ impl Link {
                 false
             }
             Body::Ping => true,
+            Body::Datagram { node, data } => {
+                if self.received.has(p.pn) {
+                    // A duplicate the network made: a datagram arrives once.
+                } else if self.datagrams_in.len() < DATAGRAM_QUEUE {
+                    self.stats.datagrams_received += 1;
+                    self.datagrams_in.push_back((node, data.to_vec()));
+                } else {
+                    self.stats.datagrams_dropped += 1;
+                }
+                true
+            }
             Body::Reset { flow, .. } => {
                 if self.flows.remove(&flow).is_some() {
                     self.events.push_back(Event::Reset { flow });
@@ -562,7 +608,7 @@ impl Link {
                 }
             }
             What::Reset(flow, node) => self.resets.push_back((flow, node)),
-            What::Ping => {}
+            What::Ping | What::Datagram => {}
         }
     }
 
@@ -572,6 +618,7 @@ impl Link {
         }
         self.events.push_back(Event::PeerLost);
         self.resets.clear();
+        self.datagrams_out.clear();
         self.received = Received::default();
         self.peer_seen = Seen::new(!self.cfg.high);
         self.in_flight.clear();
@@ -610,7 +657,9 @@ impl Link {
     }
 
     fn has_pending(&self) -> bool {
-        !self.resets.is_empty() || self.flows.values().any(|f| f.send.next_piece(1).is_some())
+        !self.resets.is_empty()
+            || !self.datagrams_out.is_empty()
+            || self.flows.values().any(|f| f.send.next_piece(1).is_some())
     }
 
     /// Acts on the time: losses, probes, the peer's silence.
@@ -654,8 +703,26 @@ impl Link {
         if !self.probe && (now < self.next_send || !room) {
             return None;
         }
-        if let Some((flow, piece)) = self.pick() {
+        // Datagrams and the flows take turns, so neither starves the other.
+        self.datagram_turn = !self.datagram_turn;
+        let piece = if self.datagram_turn && !self.datagrams_out.is_empty() {
+            None
+        } else {
+            self.pick()
+        };
+        if let Some((flow, piece)) = piece {
             return self.send(now, What::Data(flow, piece), out);
+        }
+        if let Some((node, d)) = self.datagrams_out.pop_front() {
+            let n = Packet {
+                session: self.session,
+                pn: self.next_pn,
+                body: Body::Datagram { node, data: &d },
+            }
+            .encode(out)?;
+            self.stats.datagrams_sent += 1;
+            self.finish_send(now, What::Datagram, self.next_pn, n);
+            return Some(n);
         }
         if self.bytes_in_flight < window && self.app_limited == 0 {
             self.app_limited = (self.delivered + self.bytes_in_flight).max(1);
@@ -709,7 +776,7 @@ impl Link {
                 return Some(n);
             }
             What::Reset(flow, node) => Body::Reset { flow, node },
-            What::Ping => Body::Ping,
+            What::Ping | What::Datagram => Body::Ping,
         };
         let n = Packet {
             session: self.session,

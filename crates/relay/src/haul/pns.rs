@@ -40,6 +40,11 @@ impl Received {
         }
     }
 
+    /// Whether packet `pn` came before (as far as the ranges kept go back).
+    pub fn has(&self, pn: u64) -> bool {
+        self.pns.contains(&pn)
+    }
+
     /// When an ack must go at the latest.
     pub fn ack_due(&self, max_delay: Nanos) -> Option<Nanos> {
         self.since.map(|t| t + max_delay)
