@@ -151,6 +151,11 @@ pub struct ClientArgs {
     /// and file data goes through the gateways of their lane.
     #[arg(long, env = "MACROLINK_CLUSTER")]
     pub cluster: Option<PathBuf>,
+    /// This host's name in the cluster file (default: from the launcher's
+    /// rank): across a relay pair, the other segment's storage and
+    /// gateways are reached through this host's relay.
+    #[arg(long = "host", env = "MACROLINK_HOST")]
+    pub host: Option<String>,
 }
 
 impl ClientArgs {
@@ -161,6 +166,7 @@ impl ClientArgs {
             no_shm: self.no_shm,
             shm_dir: self.shm_dir.clone(),
             cluster: self.cluster.clone(),
+            host: self.host.clone(),
         }
     }
 }

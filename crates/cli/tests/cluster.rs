@@ -69,11 +69,15 @@ fn up_joins_two_segments_through_the_relay_pair() {
     );
     assert!(out.status.success(), "{text}\n{err}");
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("compute0")).collect();
-    assert_eq!(rows.len(), 1, "{text}");
-    assert!(
-        rows[0].contains(" yes ") && rows[0].contains("gw0,gw1"),
-        "{text}"
+    assert_eq!(
+        rows.len(),
+        3,
+        "a striped transfer, cp up and cp down: {text}"
     );
+    for r in &rows {
+        assert!(r.contains(" yes ") && r.contains("gw0,gw1"), "{text}");
+    }
+    assert!(rows[1].ends_with("(cp up)") && rows[2].ends_with("(cp down)"));
     for relay in ["relay-east", "relay-west"] {
         assert!(err.contains(&format!("{relay} (relay) up")), "{err}");
     }
@@ -86,6 +90,89 @@ impl Drop for Reap {
     fn drop(&mut self) {
         self.0.kill();
     }
+}
+
+/// Across a relay pair, a storage host with no lane: the contact crosses
+/// (`ls` works), file data is refused by name rather than sent where the
+/// far side cannot answer.
+#[test]
+fn across_the_relays_without_a_lane_cp_says_so_and_ls_works() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("c.toml");
+    let export = d.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("there"), b"x").unwrap();
+    std::fs::write(
+        &file,
+        r#"
+[[host]]
+name = "cpu"
+role = "compute"
+node = 1
+fabric = "127.0.0.1:7401"
+[[host]]
+name = "disk"
+role = "storage"
+node = 10
+storage = "127.0.0.1:7410"
+files = "127.0.0.1:7430"
+export = "EXPORT"
+[[host]]
+name = "relay-e"
+role = "relay"
+node = 91
+fabric = "127.0.0.1:7440"
+long = "127.0.0.1:7450"
+[[host]]
+name = "relay-w"
+role = "relay"
+node = 92
+fabric = "127.0.0.1:7460"
+long = "127.0.0.1:7470"
+[[segment]]
+name = "east"
+hosts = ["cpu"]
+relay = "relay-e"
+[[segment]]
+name = "west"
+hosts = ["disk"]
+relay = "relay-w"
+"#
+        .replace("EXPORT", export.to_str().unwrap()),
+    )
+    .unwrap();
+    let host = |name: &str| {
+        let mut c = Command::new(EXE);
+        c.args(["node"]).arg(&file).args(["--host", name]);
+        c.env("MACROLINK_SECRET", SECRET);
+        Reap(Peer::spawn_cmd(c).unwrap())
+    };
+    let _hosts = ["disk", "relay-e", "relay-w"].map(host);
+    let client = |args: &[&str]| {
+        let out = Command::new(EXE)
+            .args(args)
+            .arg("--cluster")
+            .arg(&file)
+            .args(["--host", "cpu"])
+            .env("MACROLINK_SECRET", SECRET)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = client(&["ls", "ml://disk/"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("there"), "{text}");
+    let src = d.path().join("src");
+    std::fs::write(&src, b"some bytes").unwrap();
+    let (code, text) = client(&["cp", src.to_str().unwrap(), "ml://disk/new"]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("across the relay pair") && text.contains("[[lane]]"),
+        "{text}"
+    );
+    assert!(!export.join("new").exists());
 }
 
 #[test]

@@ -303,6 +303,15 @@ impl Cluster {
         Some(SocketAddr::new(relay.ip(), port))
     }
 
+    /// Whether hosts `a` and `b` are in different segments (so one reaches
+    /// the other through the relay pair).
+    pub fn across(&self, a: &Host, b: &Host) -> bool {
+        match (self.segment_of(&a.name), self.segment_of(&b.name)) {
+            (Some(x), Some(y)) => x != y,
+            _ => false,
+        }
+    }
+
     /// What relay host `relay` of a two-segment file needs to run.
     pub fn relay_plan(&self, relay: &Host) -> Option<RelayPlan> {
         let mine = self.segments.iter().position(|s| s.relay == relay.name)?;
@@ -324,6 +333,10 @@ impl Cluster {
             near: self
                 .reachable(near)
                 .filter_map(|h| Some((h.node, h.listen()?)))
+                .collect(),
+            near_files: self
+                .reachable(near)
+                .filter_map(|h| Some((h.node, h.files?)))
                 .collect(),
             high: mine == 1,
         })

@@ -52,6 +52,9 @@ pub struct RelayPlan {
     pub listen: Vec<(u32, SocketAddr)>,
     /// Each near host's node and where it listens.
     pub near: Vec<(u32, SocketAddr)>,
+    /// Each near storage host's node and its file service's contact
+    /// address.
+    pub near_files: Vec<(u32, SocketAddr)>,
     /// Whether it is the second of the pair (its flow ids are odd).
     pub high: bool,
 }

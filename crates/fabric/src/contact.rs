@@ -520,6 +520,10 @@ where
         return refuse(&mut t, Refusal::NoSuchEndpoint);
     };
     let peer = Addr::new(h.src_node, h.src_ep);
+    if h.flags.contains(Flags::CONTACT) {
+        // For a relay: a node has no file service contact to give.
+        return refuse(&mut t, Refusal::Malformed);
+    }
     let resolve = h.flags.contains(Flags::RESOLVE_UDP);
     if !resolve && !inbox.admits(peer, Some(h.key)) {
         tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);

@@ -32,7 +32,7 @@ pub fn round_trip(
             shm_dir: shm.to_path_buf(),
             ..Default::default()
         };
-        lane::add_routes(c, &mut client);
+        lane::add_routes(c, Some(h), &mut client);
         let through = c
             .lane_of(&s.name)
             .map_or("direct".to_string(), |l| l.gateways.join(","));

@@ -36,6 +36,15 @@ pub struct ClientOptions {
     /// Hosts the cluster's central manager has excluded: their gateways
     /// carry nothing.
     pub excluded: Option<macrolink_manage::excluded::Excluded>,
+    /// Servers, by contact address, on the far side of a relay pair: the
+    /// storage host's node, and the port of this host's relay that stands
+    /// for it. Their contact goes through the relays, their data through
+    /// the gateways of their lane.
+    pub relayed: HashMap<SocketAddr, (u32, SocketAddr)>,
+    /// Servers, by contact address, in a segment of the cluster file, when
+    /// this host did not say which host of the file it is: what to tell a
+    /// user who cannot reach one.
+    pub segment_hints: HashMap<SocketAddr, String>,
 }
 
 impl Default for ClientOptions {
@@ -46,6 +55,8 @@ impl Default for ClientOptions {
             lanes: HashMap::new(),
             hosts: HashMap::new(),
             excluded: None,
+            relayed: HashMap::new(),
+            segment_hints: HashMap::new(),
         }
     }
 }
@@ -76,6 +87,8 @@ pub struct Client {
     transport: Transport,
     next_ep: AtomicU32,
     lane: Option<lane::Route>,
+    /// Reached through a relay pair: the storage host's name for errors.
+    relayed: Option<String>,
 }
 
 fn connection(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -98,7 +111,7 @@ fn read_error(e: ReadError) -> Error {
 impl Client {
     /// Connects to `addr` (host:port) and authenticates with `secret`.
     pub fn connect(addr: &str, secret: &Secret, opts: &ClientOptions) -> Result<Client> {
-        let ctx = format!("connecting to {addr}");
+        let mut ctx = format!("connecting to {addr}");
         let name = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
         let sock: SocketAddr = match opts.hosts.get(name) {
             Some(a) => *a,
@@ -108,9 +121,18 @@ impl Client {
                 .next()
                 .ok_or_else(|| Error::Usage(format!("{addr}: no address")))?,
         };
-        let mut stream =
-            TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT).map_err(connection(&ctx))?;
+        if let Some(hint) = opts.segment_hints.get(&sock) {
+            ctx = format!("{ctx} ({hint})");
+        }
+        let via = opts.relayed.get(&sock).copied();
+        let mut stream = TcpStream::connect_timeout(&via.map_or(sock, |v| v.1), CONNECT_TIMEOUT)
+            .map_err(connection(&ctx))?;
         stream.set_nodelay(true).map_err(connection(&ctx))?;
+        if let Some((node, relay)) = via {
+            let through = format!("{ctx} through the relay at {relay}");
+            contact_through_relay(&mut stream, secret, node)
+                .map_err(|e| connection(&through)(e.into()))?;
+        }
         let Reply::Challenge { version, nonce } = recv_reply(&mut stream)? else {
             return Err(Error::Unexpected("expected a challenge".into()));
         };
@@ -162,7 +184,22 @@ impl Client {
             transport,
             next_ep: AtomicU32::new(1),
             lane,
+            relayed: via.map(|_| name.to_string()),
         })
+    }
+
+    /// Refuses file data that would have to go straight across a relay
+    /// pair: it goes through a lane's gateways, which reach the client over
+    /// the connections it made.
+    fn direct_allowed(&self) -> Result<()> {
+        match &self.relayed {
+            Some(name) if self.lane.is_none() => Err(Error::Usage(format!(
+                "{name} is across the relay pair: file data to it goes through the \
+                 gateways of its lane, and the cluster file gives it none \
+                 (add a [[lane]] with gateways in its segment)"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The server's fabric node, as it named it.
@@ -272,6 +309,7 @@ impl Client {
         if self.lane.is_some() {
             return self.get_through(path, shape, sink, shared, opened);
         }
+        self.direct_allowed()?;
         let t0 = Instant::now();
         let mut receivers = Vec::new();
         for _ in 0..streams.max(1) {
@@ -405,6 +443,7 @@ impl Client {
         source: &dyn Source,
         shared: &data::Shared,
     ) -> Result<Moved> {
+        self.direct_allowed()?;
         let t0 = Instant::now();
         let mut lane_ep = match self.lane {
             Some(_) => Some(self.node.open(self.ep_id(), lane::endpoint_config())?),
@@ -521,4 +560,18 @@ fn recv_reply(stream: &mut TcpStream) -> Result<Reply> {
 
 fn unexpected(r: Reply) -> Error {
     Error::Unexpected(format!("{r:?}"))
+}
+
+/// Asks the relay at the other end of `stream` for the file service of
+/// storage node `node`, proving the cluster key to the relay; from then on
+/// the stream reaches the file service.
+fn contact_through_relay(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    node: u32,
+) -> std::result::Result<(), macrolink_fabric::Error> {
+    let mut h = macrolink_wire::Header::new(macrolink_wire::FrameKind::Hello);
+    h.flags = macrolink_wire::Flags::CONTACT;
+    h.dst_ep = node;
+    macrolink_fabric::handshake(stream, &secret.fabric_key(), h).map(|_| ())
 }

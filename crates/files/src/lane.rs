@@ -12,7 +12,7 @@
 //!              ── Ack ───►           ── Ack ────►   connections carry them)
 //! ```
 
-use macrolink_cluster::{Cluster, Role};
+use macrolink_cluster::{Cluster, Host, Role};
 use macrolink_fabric::{Addr, Endpoint, EndpointConfig, Error as FabricError};
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::{Chunk, StripeConfig};
@@ -54,17 +54,36 @@ impl Route {
 
 /// Adds what cluster `c` says to `opts`: the contact address of each
 /// storage host's file service by host name, and for each one that a lane
-/// serves, the route through that lane's gateways.
-pub fn add_routes(c: &Cluster, opts: &mut crate::ClientOptions) {
+/// serves, the route through that lane's gateways. A client on host `me`
+/// of a file with two segments reaches the other segment's hosts through
+/// its relay.
+pub fn add_routes(c: &Cluster, me: Option<&Host>, opts: &mut crate::ClientOptions) {
+    let dial = |h: &Host| match me {
+        Some(me) => c.address_of(me, h),
+        None => h.listen(),
+    };
     for s in c.with_role(Role::Storage) {
         let Some(files) = s.files else { continue };
         opts.hosts.insert(s.name.clone(), files);
+        if let Some(me) = me.filter(|me| c.across(me, s)) {
+            if let Some(relay) = c.address_of(me, s) {
+                opts.relayed.insert(files, (s.node, relay));
+            }
+        }
+        if let (None, Some(seg)) = (me, c.segment_of(&s.name)) {
+            let hint = format!(
+                "{} is in segment {} of the cluster file; from the other segment, \
+                 name this host with --host so that its relay is used",
+                s.name, seg.name
+            );
+            opts.segment_hints.insert(files, hint);
+        }
         let Some(lane) = c.lane_of(&s.name) else {
             continue;
         };
         let gateways = c
             .gateways_of(lane)
-            .filter_map(|g| Some((Addr::new(g.node, 1), g.listen()?)))
+            .filter_map(|g| Some((Addr::new(g.node, 1), dial(g)?)))
             .collect();
         opts.lanes.insert(
             files,

@@ -35,6 +35,11 @@ pub struct ClientSetup {
     pub shm_dir: Option<PathBuf>,
     /// Cluster file: storage hosts by name, and the gateways of their lanes.
     pub cluster: Option<PathBuf>,
+    /// This host's name in the cluster file (default: from the launcher's
+    /// rank, if any): across a relay pair, hosts of the other segment are
+    /// reached through this host's relay.
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 impl ClientSetup {
@@ -64,7 +69,14 @@ impl ClientSetup {
             let c = macrolink_cluster::Cluster::load(p)
                 .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
             opts.excluded = self.secret().ok().and_then(|s| watch_excluded(&c, &s));
-            lane::add_routes(&c, &mut opts);
+            let me = match &self.host {
+                Some(n) => Some(
+                    c.me(Some(n))
+                        .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?,
+                ),
+                None => c.me(None).ok(),
+            };
+            lane::add_routes(&c, me, &mut opts);
         }
         Ok(opts)
     }
@@ -211,6 +223,41 @@ mod tests {
             ..ClientSetup::default()
         };
         assert!(matches!(missing.options(), Err(Error::Usage(m)) if m.contains("nope.toml")));
+    }
+
+    #[test]
+    fn across_a_relay_pair_the_far_storage_and_gateways_are_reached_at_the_relay() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("two.toml");
+        let text = include_str!("../../../examples/clusters/two-segments.toml");
+        std::fs::write(&file, text).unwrap();
+        let c = macrolink_cluster::Cluster::parse(text).unwrap();
+        let files = c.host("store0").unwrap().files.unwrap();
+        let setup = |host: Option<&str>| ClientSetup {
+            cluster: Some(file.clone()),
+            host: host.map(String::from),
+            ..ClientSetup::default()
+        };
+        // From compute0 (east): the contact at relay-east's port for store0,
+        // the gateways at its ports for gw0 and gw1.
+        let o = setup(Some("compute0")).options().unwrap();
+        let east = c.host("relay-east").unwrap().fabric.unwrap();
+        let at = |i: u16| std::net::SocketAddr::new(east.ip(), east.port() + i);
+        assert_eq!(o.relayed.get(&files), Some(&(10, at(2))));
+        let gws: Vec<_> = o.lanes[&files].gateways.iter().map(|g| g.1).collect();
+        assert_eq!(gws, [at(0), at(1)]);
+        assert!(o.segment_hints.is_empty());
+        // From gw0 (west, store0's segment): straight there.
+        let o = setup(Some("gw0")).options().unwrap();
+        assert!(o.relayed.is_empty());
+        let gw0 = c.host("gw0").unwrap().listen().unwrap();
+        assert_eq!(o.lanes[&files].gateways[0].1, gw0);
+        // Unsaid: straight there, and a hint for when that fails.
+        let o = setup(None).options().unwrap();
+        assert!(o.relayed.is_empty());
+        assert!(o.segment_hints[&files].contains("--host"));
+        let unknown = setup(Some("nobody")).options();
+        assert!(matches!(unknown, Err(Error::Usage(m)) if m.contains("nobody")));
     }
 
     #[test]

@@ -154,6 +154,27 @@ impl Greeter {
     }
 }
 
+impl Greeter {
+    /// Connects `flow` to the file service contact at `addr` (none: this
+    /// segment has no such host): the host proved the key to the peer
+    /// relay, and the file service checks its own.
+    pub fn contact(&self, flow: u32, addr: Option<SocketAddr>) {
+        self.spawn("ml-relay-contact", move || {
+            let refused = || {
+                let mut a = Header::new(FrameKind::HelloRefused);
+                a.offset = Refusal::NoSuchEndpoint.code();
+                a
+            };
+            let sock = addr.and_then(|a| TcpStream::connect_timeout(&a, DIAL_TIMEOUT).ok());
+            let answer = match sock {
+                Some(_) => Header::new(FrameKind::HelloOk),
+                None => refused(),
+            };
+            Some(Done::Dialled { flow, answer, sock })
+        })
+    }
+}
+
 /// The initiator's handshake with a node of this segment, with a near
 /// host's hello: the node's answer, and the connection when it took it.
 fn dial(

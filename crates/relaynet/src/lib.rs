@@ -76,6 +76,9 @@ pub struct Config {
     pub listen: Vec<(u32, SocketAddr)>,
     /// Where the nodes of this segment are, for flows the peer opens.
     pub near: BTreeMap<u32, SocketAddr>,
+    /// Where the storage hosts of this segment take file service
+    /// contacts, by node.
+    pub near_files: BTreeMap<u32, SocketAddr>,
     /// The long-haul protocol's settings.
     pub haul: haul::Config,
     /// Connections one near address may hold at once.
@@ -466,6 +469,12 @@ impl State {
         let link = &mut self.link;
         match step {
             Step::Wait => return link.has(flow),
+            Step::Dial { node, hello } if hello.flags.contains(Flags::CONTACT) => {
+                // Unknown here: the host hears a refusal, not a reset.
+                let addr = cfg.near_files.get(&node).copied();
+                self.greeter.contact(flow, addr);
+                return true;
+            }
             Step::Dial { node, hello } => match cfg.near.get(&node) {
                 Some(addr) => {
                     self.greeter.dial(flow, *addr, hello);

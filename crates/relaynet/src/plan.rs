@@ -55,6 +55,7 @@ pub fn config(c: &Cluster, h: &Host, key: Key) -> Result<Config, PlanError> {
         key,
         listen: plan.listen,
         near: plan.near.into_iter().collect::<BTreeMap<_, _>>(),
+        near_files: plan.near_files.into_iter().collect(),
         haul,
         per_source: PER_SOURCE,
     })
@@ -77,6 +78,9 @@ mod tests {
         assert_eq!(east.haul.dead_after, 3_000_000_000);
         assert_eq!(east.listen.len(), 3);
         assert_eq!(west.near.len(), 3);
+        let store = c.host("store0").unwrap();
+        assert_eq!(west.near_files.get(&store.node), store.files.as_ref());
+        assert!(east.near_files.is_empty());
         let gw = c.host("gw0").unwrap();
         assert!(matches!(
             config(&c, gw, seal()),

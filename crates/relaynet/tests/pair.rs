@@ -11,7 +11,7 @@ use macrolink_relay::haul;
 use macrolink_relaynet::{Config, Relay, Report};
 use macrolink_testbed::data::pattern;
 use macrolink_wire::haul::DATAGRAM_OVERHEAD;
-use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use macrolink_wire::{Flags, FrameKind, Header, HEADER_LEN};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -85,6 +85,7 @@ fn pair(
         key: key(),
         listen: vec![(far, "127.0.0.1:0".parse().unwrap())],
         near: BTreeMap::new(),
+        near_files: BTreeMap::new(),
         haul,
         per_source,
     });
@@ -94,6 +95,7 @@ fn pair(
         key: key(),
         listen: Vec::new(),
         near: BTreeMap::from([(far, far_addr)]),
+        near_files: BTreeMap::new(),
         haul: haul::Config { high: true, ..haul },
         per_source,
     });
@@ -113,6 +115,7 @@ fn pair_both(far: u32, far_addr: SocketAddr, near: u32) -> (Running, Running) {
         key: key(),
         listen: vec![(far, lo)],
         near: BTreeMap::from([(near, unused)]),
+        near_files: BTreeMap::new(),
         haul: haul::Config::default(),
         per_source: 64,
     });
@@ -122,6 +125,38 @@ fn pair_both(far: u32, far_addr: SocketAddr, near: u32) -> (Running, Running) {
         key: key(),
         listen: vec![(near, lo)],
         near: BTreeMap::from([(far, far_addr)]),
+        near_files: BTreeMap::new(),
+        haul: haul::Config {
+            high: true,
+            ..haul::Config::default()
+        },
+        per_source: 64,
+    });
+    (a, b)
+}
+
+/// Relays to far node `far` and node 3, where far node `far` has a file
+/// service at `files` and node 3 none.
+fn pair_files(far: u32, far_addr: SocketAddr, files: SocketAddr) -> (Running, Running) {
+    let (la, lb) = (free_udp(), free_udp());
+    let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let a = Running::start(Config {
+        long_local: la,
+        long_peer: lb,
+        key: key(),
+        listen: vec![(far, lo), (3, lo)],
+        near: BTreeMap::new(),
+        near_files: BTreeMap::new(),
+        haul: haul::Config::default(),
+        per_source: 64,
+    });
+    let b = Running::start(Config {
+        long_local: lb,
+        long_peer: la,
+        key: key(),
+        listen: Vec::new(),
+        near: BTreeMap::from([(far, far_addr), (3, far_addr)]),
+        near_files: BTreeMap::from([(far, files)]),
         haul: haul::Config {
             high: true,
             ..haul::Config::default()
@@ -317,6 +352,60 @@ fn datagrams_cross_the_relay_pair_both_ways_and_strangers_datagrams_stop_at_the_
     assert_eq!(ra.bad_datagrams, 2, "both strangers' datagrams refused");
     assert_eq!(ra.datagrams_dropped, 1, "the one too large");
     assert_eq!((ra.flows_out, rb.flows_in), (1, 1), "one flow: the resolve");
+}
+
+#[test]
+fn a_file_service_contact_crosses_for_proven_hosts_only() {
+    // A stand-in for node 2's file service: greets, then echoes.
+    let files = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let files_addr = files.local_addr().unwrap();
+    let served = std::thread::spawn(move || {
+        let (mut c, _) = files.accept().unwrap();
+        std::io::Write::write_all(&mut c, b"challenge").unwrap();
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).unwrap();
+        std::io::Write::write_all(&mut c, &b).unwrap();
+        files.set_nonblocking(true).unwrap();
+        // No other connection reached it.
+        std::thread::sleep(Duration::from_millis(300));
+        files.accept().is_err()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let far = node(2, dir.path(), &[]);
+    let (a, _b) = pair_files(2, far.tcp_addr().unwrap(), files_addr);
+    let contact = |k: &Key, node_port: SocketAddr| {
+        let mut s = TcpStream::connect(node_port).unwrap();
+        let mut h = Header::new(FrameKind::Hello);
+        h.flags = Flags::CONTACT;
+        let r = macrolink_fabric::handshake(&mut s, k, h);
+        (s, r)
+    };
+    let wrong = Key::from_secret(b"not the cluster's secret at all").unwrap();
+    let (_s, r) = contact(&wrong, a.addr_of(2));
+    assert!(
+        matches!(r, Err(macrolink_fabric::Error::Unauthenticated { .. })),
+        "{r:?}"
+    );
+    let (mut s, r) = contact(&key(), a.addr_of(2));
+    r.expect("the contact crossed");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 9];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"challenge");
+    std::io::Write::write_all(&mut s, b"hello").unwrap();
+    let mut e = [0u8; 5];
+    s.read_exact(&mut e).unwrap();
+    assert_eq!(&e, b"hello");
+    assert!(
+        served.join().unwrap(),
+        "the stranger never reached the file service"
+    );
+    // A node with no file service: refused, by name.
+    let (_s, r) = contact(&key(), a.addr_of(3));
+    assert!(
+        matches!(r, Err(macrolink_fabric::Error::NoSuchEndpoint(_))),
+        "{r:?}"
+    );
 }
 
 /// A hello from node 1's endpoint `ep` to endpoint 1, proven under `key`

@@ -82,7 +82,11 @@ impl Flags {
     /// give it up soon when its link goes dark, so traffic moves to the
     /// others.
     pub const RAIL: Flags = Flags(4);
-    const ALL: u8 = 0b111;
+    /// Hello, to a relay: the connection is for the far host's file
+    /// service (its contact address), not its fabric node; the relay that
+    /// heard the hello carries it there once the host proved the key.
+    pub const CONTACT: Flags = Flags(8);
+    const ALL: u8 = 0b1111;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {
@@ -396,7 +400,7 @@ mod tests {
     }
 
     prop_compose! {
-        fn any_header()(kind in kinds(), flags in 0u8..4, src_node: u32, src_ep: u32, dst_ep: u32,
+        fn any_header()(kind in kinds(), flags in 0u8..16, src_node: u32, src_ep: u32, dst_ep: u32,
                         len: u32, seq: u64, total: u64, offset: u64, key: u64) -> Header {
             Header { kind, flags: Flags(flags), src_node, src_ep, dst_ep, len, seq, total, offset, key }
         }
