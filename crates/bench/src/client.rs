@@ -32,6 +32,8 @@ pub struct BwSpec {
     pub count: u64,
     /// Puts in flight.
     pub window: usize,
+    /// Messages a second at most (`None`: as fast as they go).
+    pub pace: Option<f64>,
 }
 
 /// The initiator of benchmark runs.
@@ -124,6 +126,7 @@ impl Client {
             size,
             count,
             window,
+            pace,
         } = spec;
         let mut row = BwRow {
             transport: transport.to_string(),
@@ -153,10 +156,12 @@ impl Client {
         })?;
         let payload = vec![0xa5u8; size];
         let mark = Mark::now();
+        let t0 = clock_ns();
         match mode {
             Mode::Put => {
                 let mut inflight = VecDeque::with_capacity(window);
                 for i in 0..count {
+                    hold(pace, t0, i);
                     if inflight.len() >= window.max(1) {
                         if let Some(h) = inflight.pop_front() {
                             self.data.wait_put(h)?;
@@ -170,7 +175,8 @@ impl Client {
                 }
             }
             _ => {
-                for _ in 0..count {
+                for i in 0..count {
+                    hold(pace, t0, i);
                     self.data.write(t, &payload)?;
                 }
             }
@@ -439,6 +445,20 @@ impl Client {
             count: 0,
         };
         self.ctl.write(t, &s.encode())
+    }
+}
+
+/// Holds back message `i` of a run that began at `t0` (ns) until it is due
+/// at `pace` messages a second, once it is more than a millisecond early: a
+/// paced sender sends a millisecond's worth at a time.
+fn hold(pace: Option<f64>, t0: u64, i: u64) {
+    let Some(per_s) = pace.filter(|p| *p > 0.0) else {
+        return;
+    };
+    let due = t0 + (i as f64 * 1e9 / per_s) as u64;
+    let now = clock_ns();
+    if due > now + 1_000_000 {
+        std::thread::sleep(Duration::from_nanos(due - now));
     }
 }
 

@@ -14,6 +14,10 @@
 //! reliable mode, waiting completion, 4 MiB messages), one or N streams,
 //! over the one link; the relays' long hop is their own protocol on UDP,
 //! which is the point of them.
+//!
+//! Beside the throughput: [`latency()`], the IMB patterns through the relays
+//! and straight over the link at each distance, and [`accuracy()`], the
+//! emulator itself checked against what it is asked.
 
 use anyhow::{bail, Context};
 use macrolink_testbed::netns::Namespaces;
@@ -25,6 +29,9 @@ use std::time::Duration;
 
 use crate::peers::iperf3;
 
+pub mod accuracy;
+pub use accuracy::{acc_line, accuracy, AccRow, Bound, ACC_HEADER};
+
 /// End A's address on the emulated link, and end B's.
 const A_ADDR: &str = "10.77.0.1";
 const B_ADDR: &str = "10.77.0.2";
@@ -35,7 +42,15 @@ const RELAY_PORT: u16 = 7640;
 const DIRECT_PORT: u16 = 7700;
 const IPERF_PORT: u16 = 5301;
 /// One-way delay of a kilometre of fibre, µs.
-const US_PER_KM: f64 = 5.0;
+pub const US_PER_KM: f64 = 5.0;
+/// What a pair of Longbows adds to a PingPong of 1 byte, µs (the paper's
+/// 9.9 less 4.0, over 3 m of fibre).
+pub const PAPER_PAIR_US: f64 = 5.9;
+/// One Longbow from its InfiniBand port to its optical port, µs: the
+/// paper's quarter of the pair's.
+pub const PAPER_ONE_US: f64 = 1.48;
+/// The IMB patterns of the latency rows, in `bench lat`'s words.
+pub const PATTERNS: &str = "ping-pong,ping-ping,send-recv,exchange";
 
 /// Who moves the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -127,17 +142,57 @@ pub struct Row {
     pub of_link: f64,
 }
 
-/// One latency figure: 8-byte ping-pongs, half a round trip.
+/// One latency figure: an IMB pattern of 8-byte messages.
 #[derive(Clone, Debug, Serialize)]
 pub struct LatRow {
     /// km of fibre.
     pub km: f64,
+    /// The pattern, as `bench lat` names it in its rows (`PingPong`,
+    /// `PingPing`, `SendRecv`, `Exchange`).
+    pub pattern: String,
     /// Through the relay pair, or straight over the link.
     pub via_relays: bool,
-    /// Median, µs.
+    /// Median, µs: half a round trip for PingPong, one iteration for the
+    /// others.
     pub median_us: f64,
+    /// Mean, µs.
+    pub mean_us: f64,
     /// 99th percentile, µs.
     pub p99_us: f64,
+}
+
+impl LatRow {
+    /// The figure the fit takes: the median of PingPong's half round
+    /// trips; the mean of the others' iterations, as IMB's t. In those
+    /// both sides send before they receive, so one side runs a message
+    /// ahead and its iterations alternate short and long: their median is
+    /// a short one.
+    pub fn typical(&self) -> (&'static str, f64) {
+        if self.pattern == "PingPong" {
+            ("median", self.median_us)
+        } else {
+            ("mean", self.mean_us)
+        }
+    }
+}
+
+/// What the latency rows of one pattern say, fitted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LatFit {
+    /// The pattern, as in [`LatRow`].
+    pub pattern: String,
+    /// Which figure of its rows is fitted ([`LatRow::typical`]): `median`
+    /// or `mean`.
+    pub figure: &'static str,
+    /// What the pair adds to that figure, µs: relays less direct, averaged
+    /// over the distances.
+    pub pair_us: f64,
+    /// What one relay adds, µs: half the pair's, since one direction
+    /// crosses both.
+    pub per_relay_us: f64,
+    /// µs per km: least squares of the direct figures against km (`None`
+    /// with one distance).
+    pub per_km_us: Option<f64>,
 }
 
 /// A child killed on drop.
@@ -343,26 +398,69 @@ pub fn run(o: &Options, mut each: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> 
 /// `macrolink link` between `a` and `b`: `km` of fibre at the rate, behind
 /// a queue of one round trip (the bandwidth-delay product; at least 5 ms,
 /// what a well-sized router holds), with `loss`.
-fn link(o: &Options, [a, b]: [&str; 2], km: f64, loss: &str) -> anyhow::Result<Kill> {
+fn link(o: &Options, [a, b]: [&str; 2], km: f64, loss: &str) -> anyhow::Result<Link> {
     let one_way_us = km * US_PER_KM;
     let queue_ms = (2.0 * one_way_us / 1000.0).max(5.0);
     let mut spec = format!("delay {one_way_us}us rate {} queue {queue_ms}ms", o.rate);
     if loss != "0" && loss != "0%" {
         spec += &format!(" loss {loss}");
     }
-    let mtu = o.mtu.to_string();
-    let mut cmd = Command::new(&o.exe);
-    cmd.args(["link", "--mtu", &mtu, a, b])
-        .args(spec.split_whitespace())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = Kill(cmd.spawn()?);
-    let mut first = String::new();
-    BufReader::new(child.0.stdout.take().context("link stdout")?).read_line(&mut first)?;
-    if !first.starts_with("ready") {
-        bail!("macrolink link {spec}: {first}");
+    Link::start(&o.exe, [a, b], o.mtu, &[], &spec)
+}
+
+/// `macrolink link` between the two namespaces, stopped on drop.
+struct Link {
+    child: Kill,
+    /// What it prints after its ready line, read until it exits.
+    said: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Link {
+    /// Starts it at `mtu` with `flags` (`--json`, `--one-way`) and `spec`,
+    /// in its words; returns once its devices are up.
+    fn start(
+        exe: &Path,
+        [a, b]: [&str; 2],
+        mtu: u32,
+        flags: &[&str],
+        spec: &str,
+    ) -> anyhow::Result<Link> {
+        let mtu = mtu.to_string();
+        let mut cmd = Command::new(exe);
+        cmd.args(["link", "--mtu", &mtu])
+            .args(flags)
+            .args([a, b])
+            .args(spec.split_whitespace())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = Kill(cmd.spawn()?);
+        let mut out = BufReader::new(child.0.stdout.take().context("link stdout")?);
+        let mut first = String::new();
+        out.read_line(&mut first)?;
+        if !first.starts_with("ready") {
+            bail!("macrolink link {spec}: {first}");
+        }
+        let said = std::thread::spawn(move || out.lines().map_while(Result::ok).collect());
+        Ok(Link {
+            child,
+            said: Some(said),
+        })
     }
-    Ok(child)
+
+    /// Stops it (SIGTERM) and returns the counters it prints as it ends
+    /// (started with `--json`): `a_to_b` and `b_to_a`.
+    fn counters(mut self) -> anyhow::Result<serde_json::Value> {
+        let pid = rustix::process::Pid::from_child(&self.child.0);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
+        let said = self
+            .said
+            .take()
+            .context("the link's output")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("reading the link's output failed"))?;
+        let last = said.last().context("macrolink link printed no counters")?;
+        Ok(serde_json::from_str(last)?)
+    }
 }
 
 /// A `bench serve` in ns B at `at`. Every target is node 2 to its client
@@ -372,6 +470,8 @@ fn target(e: &Ends<'_>, at: &str, shm: &str) -> anyhow::Result<Kill> {
     let shm = e.dir.join(shm);
     std::fs::create_dir_all(&shm)?;
     let shm = shm.display().to_string();
+    // Its datagrams on the address it is dialled at.
+    let ip = at.rsplit_once(':').map_or(at, |(ip, _)| ip);
     let args = [
         "bench",
         "serve",
@@ -379,46 +479,86 @@ fn target(e: &Ends<'_>, at: &str, shm: &str) -> anyhow::Result<Kill> {
         "2",
         "--tcp",
         at,
+        "--udp",
+        ip,
         "--shm-dir",
         &shm,
     ];
     start(e.ns[1], e.exe, &args, e.secret)
 }
 
-/// `macrolink bench lat` from ns A (8 B ping-pong, tcp, waiting
-/// completion, `count` times) to a target started in ns B at `at`, dialled
-/// at `dial`: (median, p99) of the half round trip, µs.
-fn bench_lat(e: &Ends<'_>, at: &str, dial: &str, count: u32) -> anyhow::Result<(f64, f64)> {
-    let a = e.ns[0];
-    let _serve = target(e, at, "shm-lat")?;
-    let json = e.dir.join("lat.json");
+/// `macrolink bench ARGS` from ns A against a target started in ns B at
+/// `at`, dialled at `dial`: the rows it wrote.
+fn bench_rows(
+    e: &Ends<'_>,
+    at: &str,
+    dial: &str,
+    args: &[&str],
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let _serve = target(e, at, "shm-one")?;
+    let json = e.dir.join("one.json");
     let out = Command::new("ip")
-        .args(["netns", "exec", a])
+        .args(["netns", "exec", e.ns[0]])
         .arg(e.exe)
-        .args(["bench", "lat", "--connect", dial, "--transport", "tcp"])
-        .args([
-            "--completion",
-            "wait",
-            "--sizes",
-            "8",
-            "--count",
-            &count.to_string(),
-        ])
-        .arg("--json")
+        .arg("bench")
+        .args(args)
+        .args(["--connect", dial, "--json"])
         .arg(&json)
         .env("MACROLINK_SECRET_FILE", e.secret)
         .output()?;
     if !out.status.success() {
-        bail!("bench lat: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "bench {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
-    let us = &rows[0]["usec"];
-    let get = |k: &str| us[k].as_f64().context("a latency in bench lat's row");
-    Ok((get("median")?, get("p99")?))
+    Ok(serde_json::from_str(&std::fs::read_to_string(&json)?)?)
 }
 
-/// Half round trips through the relay pair and straight over the link, at
-/// each distance of `o` (no loss, measured window).
+/// `macrolink bench lat` from ns A (8 B messages, tcp, waiting
+/// completion, `count` times each of `patterns`, in its words) to a target
+/// started in ns B at `at`, dialled at `dial`: each pattern with its
+/// median, mean and p99, µs.
+fn bench_lat(
+    e: &Ends<'_>,
+    (at, dial): (&str, &str),
+    count: u32,
+    patterns: &str,
+) -> anyhow::Result<Vec<(String, [f64; 3])>> {
+    let count = count.to_string();
+    let args = [
+        "lat",
+        "--transport",
+        "tcp",
+        "--completion",
+        "wait",
+        "--sizes",
+        "8",
+        "--count",
+        &count,
+        "--pattern",
+        patterns,
+    ];
+    bench_rows(e, at, dial, &args)?
+        .iter()
+        .map(|r| {
+            let get = |k: &str| {
+                r["usec"][k]
+                    .as_f64()
+                    .context("a latency in bench lat's row")
+            };
+            let pattern = r["test"].as_str().context("a pattern in bench lat's row")?;
+            Ok((
+                pattern.to_string(),
+                [get("median")?, get("mean")?, get("p99")?],
+            ))
+        })
+        .collect()
+}
+
+/// Every IMB pattern ([`PATTERNS`]) through the relay pair and straight
+/// over the link, at each distance of `o` (no loss, measured window).
 pub fn latency(
     o: &Options,
     count: u32,
@@ -449,44 +589,110 @@ pub fn latency(
             (true, &far, format!("127.0.0.1:{RELAY_PORT}")),
             (false, &direct, direct.clone()),
         ] {
-            let (median_us, p99_us) = bench_lat(&e, at, &dial, count)?;
-            let row = LatRow {
-                km,
-                via_relays,
-                median_us,
-                p99_us,
-            };
-            each(&row);
-            rows.push(row);
+            for (pattern, [median_us, mean_us, p99_us]) in
+                bench_lat(&e, (at, &dial), count, PATTERNS)?
+            {
+                let row = LatRow {
+                    km,
+                    pattern,
+                    via_relays,
+                    median_us,
+                    mean_us,
+                    p99_us,
+                };
+                each(&row);
+                rows.push(row);
+            }
         }
     }
     Ok(rows)
 }
 
-/// What the latency rows say, fitted: the pair's added median (relays less
-/// direct, averaged over the distances) and µs per km (least squares of
-/// the direct medians against km).
-pub fn latency_fit(rows: &[LatRow]) -> (f64, Option<f64>) {
-    let direct: Vec<&LatRow> = rows.iter().filter(|r| !r.via_relays).collect();
+/// What the latency rows say, fitted: one [`LatFit`] per pattern, in the
+/// order they first come.
+pub fn latency_fit(rows: &[LatRow]) -> Vec<LatFit> {
+    let mut patterns: Vec<&str> = Vec::new();
+    for r in rows {
+        if !patterns.contains(&r.pattern.as_str()) {
+            patterns.push(&r.pattern);
+        }
+    }
+    patterns
+        .into_iter()
+        .map(|p| {
+            let of: Vec<&LatRow> = rows.iter().filter(|r| r.pattern == p).collect();
+            let (pair_us, per_km_us) = fit(&of);
+            LatFit {
+                pattern: p.to_string(),
+                figure: of.first().map_or("median", |r| r.typical().0),
+                pair_us,
+                per_relay_us: pair_us / 2.0,
+                per_km_us,
+            }
+        })
+        .collect()
+}
+
+/// What the pair adds (relays less direct, averaged over the distances)
+/// and µs per km (least squares of the direct figures against km) of one
+/// pattern's rows, on their [`LatRow::typical`] figure.
+fn fit(rows: &[&LatRow]) -> (f64, Option<f64>) {
+    let y = |r: &LatRow| r.typical().1;
+    let direct: Vec<&LatRow> = rows.iter().copied().filter(|r| !r.via_relays).collect();
     let added: Vec<f64> = direct
         .iter()
         .filter_map(|d| {
             let r = rows.iter().find(|r| r.via_relays && r.km == d.km)?;
-            Some(r.median_us - d.median_us)
+            Some(y(r) - y(d))
         })
         .collect();
     let pair = added.iter().sum::<f64>() / added.len().max(1) as f64;
     let n = direct.len() as f64;
     let (mx, my) = (
         direct.iter().map(|r| r.km).sum::<f64>() / n,
-        direct.iter().map(|r| r.median_us).sum::<f64>() / n,
+        direct.iter().map(|r| y(r)).sum::<f64>() / n,
     );
     let sxx: f64 = direct.iter().map(|r| (r.km - mx).powi(2)).sum();
-    let sxy: f64 = direct
-        .iter()
-        .map(|r| (r.km - mx) * (r.median_us - my))
-        .sum();
+    let sxy: f64 = direct.iter().map(|r| (r.km - mx) * (y(r) - my)).sum();
     (pair, (direct.len() >= 2 && sxx > 0.0).then(|| sxy / sxx))
+}
+
+/// The heading of the rows [`lat_line`] prints.
+pub const LAT_HEADER: &str = "      km  path     pattern    median us    mean us   p99 us";
+
+/// One latency row as a line of the table.
+pub fn lat_line(r: &LatRow) -> String {
+    format!(
+        "{:>8}  {:<7}  {:<9} {:>10.1} {:>10.1} {:>8.1}",
+        r.km,
+        if r.via_relays { "relays" } else { "direct" },
+        r.pattern,
+        r.median_us,
+        r.mean_us,
+        r.p99_us
+    )
+}
+
+/// The heading of the lines [`fit_line`] prints.
+pub const FIT_HEADER: &str = "pattern    of       relay pair adds  per relay  per km";
+
+/// One pattern's fit as a line.
+pub fn fit_line(f: &LatFit) -> String {
+    let per_km = f.per_km_us.map_or("n.a.".into(), |k| format!("{k:.2} us"));
+    format!(
+        "{:<10} {:<7} {:>13.1} us {:>7.2} us  {per_km}",
+        f.pattern, f.figure, f.pair_us, f.per_relay_us
+    )
+}
+
+/// The paper's figures, in the columns of [`fit_line`].
+pub fn paper_line() -> String {
+    format!(
+        "{:<10} {:<7} {PAPER_PAIR_US:>13.1} us {PAPER_ONE_US:>7.2} us  {US_PER_KM:.2} us   \
+         (a Longbow pair, IMB PingPong of 1 B; one Longbow port to port, a quarter \
+         of the pair's; fibre)",
+        "paper", "mean"
+    )
 }
 
 /// Where a figure is taken: the two namespaces (near, far), the
@@ -629,22 +835,69 @@ mod tests {
 
     #[test]
     fn the_fit_finds_the_pairs_cost_and_the_cost_per_km() {
-        let row = |km: f64, via_relays: bool, median_us: f64| LatRow {
+        // PingPong is fitted on its median, the others on their mean.
+        let row = |pattern: &str, km: f64, via_relays: bool, us: f64| LatRow {
             km,
+            pattern: pattern.into(),
             via_relays,
-            median_us,
+            median_us: if pattern == "PingPong" { us } else { us / 4.0 },
+            mean_us: if pattern == "PingPong" { us * 2.0 } else { us },
             p99_us: 0.0,
         };
         let rows = [
-            row(0.0, false, 30.0),
-            row(0.0, true, 110.0),
-            row(100.0, false, 530.0),
-            row(100.0, true, 610.0),
+            row("PingPong", 0.0, false, 30.0),
+            row("PingPong", 0.0, true, 110.0),
+            row("Exchange", 0.0, false, 40.0),
+            row("Exchange", 0.0, true, 200.0),
+            row("PingPong", 100.0, false, 530.0),
+            row("PingPong", 100.0, true, 610.0),
+            row("Exchange", 100.0, false, 1040.0),
+            row("Exchange", 100.0, true, 1200.0),
         ];
-        let (pair, per_km) = latency_fit(&rows);
-        assert!((pair - 80.0).abs() < 1e-9);
-        assert!((per_km.unwrap() - 5.0).abs() < 1e-9);
-        assert_eq!(latency_fit(&rows[..2]).1, None, "one distance: no slope");
+        let fits = latency_fit(&rows);
+        let names: Vec<&str> = fits.iter().map(|f| f.pattern.as_str()).collect();
+        assert_eq!(names, ["PingPong", "Exchange"]);
+        let (pp, ex) = (&fits[0], &fits[1]);
+        assert_eq!((pp.figure, ex.figure), ("median", "mean"));
+        assert!((pp.pair_us - 80.0).abs() < 1e-9);
+        assert!(
+            (pp.per_relay_us - 40.0).abs() < 1e-9,
+            "one direction crosses both relays"
+        );
+        assert!((pp.per_km_us.unwrap() - 5.0).abs() < 1e-9);
+        assert!((ex.pair_us - 160.0).abs() < 1e-9);
+        assert!((ex.per_km_us.unwrap() - 10.0).abs() < 1e-9);
+        let one = latency_fit(&rows[..4]);
+        assert_eq!(one.len(), 2);
+        assert!(
+            one.iter().all(|f| f.per_km_us.is_none()),
+            "one distance: no slope"
+        );
+        assert!(fit_line(&one[0]).contains("n.a."));
+        assert!(paper_line().contains("5.9 us") && paper_line().contains("1.48 us"));
+    }
+
+    #[test]
+    fn a_latency_row_names_its_path_and_pattern() {
+        let r = LatRow {
+            km: 2.0,
+            pattern: "SendRecv".into(),
+            via_relays: true,
+            median_us: 160.26,
+            mean_us: 170.0,
+            p99_us: 300.0,
+        };
+        let words: Vec<String> = lat_line(&r).split_whitespace().map(String::from).collect();
+        assert_eq!(
+            words,
+            ["2", "relays", "SendRecv", "160.3", "170.0", "300.0"]
+        );
+        assert_eq!(r.typical(), ("mean", 170.0));
+        assert_eq!(
+            lat_line(&r).len(),
+            LAT_HEADER.len(),
+            "columns under their heads"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use macrolink_fabric::{Node, NodeConfig};
 use macrolink_testbed::Peer;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,8 +48,11 @@ impl Session {
             dir.clone()
                 .unwrap_or_else(macrolink_fabric::default_shm_dir),
         );
-        if connect.is_some() {
+        if let Some(a) = connect {
             cfg.shm_dir = None;
+            // Datagrams leave from the address that reaches the target, not
+            // from loopback.
+            cfg.udp = Some(source_toward(a)?);
         }
         cfg.peers.insert(TARGET_NODE, tcp);
         let node = Node::start(cfg)?;
@@ -66,6 +69,18 @@ impl Session {
     pub fn client(&mut self) -> &mut Client {
         self.client.as_mut().expect("the client lives until drop")
     }
+}
+
+/// This host's address the kernel would send from to reach `to`.
+fn source_toward(to: SocketAddr) -> std::io::Result<IpAddr> {
+    let any: SocketAddr = match to {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let s = UdpSocket::bind(any)?;
+    // Connecting a UDP socket sends nothing; it only picks the route.
+    s.connect(to)?;
+    Ok(s.local_addr()?.ip())
 }
 
 impl Drop for Session {

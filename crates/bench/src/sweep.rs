@@ -27,6 +27,8 @@ pub struct Bandwidth {
     pub seconds: f64,
     /// Messages per size instead of a duration.
     pub count: Option<u64>,
+    /// Messages a second at most (`None`: as fast as they go).
+    pub pace: Option<f64>,
 }
 
 impl Bandwidth {
@@ -40,6 +42,7 @@ impl Bandwidth {
             window: 16,
             seconds,
             count: None,
+            pace: None,
         }
     }
 
@@ -74,6 +77,7 @@ impl Bandwidth {
                 size,
                 count: 0,
                 window: self.window,
+                pace: self.pace,
             };
             spec.count = match self.count {
                 Some(c) => c,

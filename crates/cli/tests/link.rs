@@ -429,7 +429,9 @@ packet = 8900
 
 /// `macrolink bench range`, a tiny sweep: one distance, one and two
 /// streams, macrolink through the relays and straight over the link (the
-/// iperf3 rows need iperf3, which the test does not install).
+/// iperf3 rows need iperf3, which the test does not install); every IMB
+/// pattern both ways; the emulator's accuracy checks. Shapes only: what
+/// the figures are is for the README, not for a test.
 #[test]
 fn bench_range_puts_every_contender_on_the_same_link() {
     if require::namespaces(0).is_none() {
@@ -455,17 +457,26 @@ fn bench_range_puts_every_contender_on_the_same_link() {
             "relays,direct",
             "--latency",
             "50",
+            "--accuracy",
             "--json",
         ])
         .arg(&json)
         .output()
         .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{}",
+        "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows = rows(&json);
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let list = |k: &str| {
+        all[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}: {all}"))
+            .clone()
+    };
+    let rows = list("throughput");
     assert_eq!(rows.len(), 4, "{rows:?}");
     for r in &rows {
         let of_link = r["of_link"].as_f64().unwrap();
@@ -485,16 +496,82 @@ fn bench_range_puts_every_contender_on_the_same_link() {
         who,
         [("relays", 1), ("relays", 2), ("direct", 1), ("direct", 2)]
     );
-    // The latency rows: both paths, and the relays' cost fitted.
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lat: Vec<&str> = text
-        .lines()
-        .filter(|l| matches!(l.split_whitespace().nth(1), Some("relays" | "direct")))
+    // The latency rows: every pattern on both paths, a fit of each.
+    let patterns = ["PingPong", "PingPing", "SendRecv", "Exchange"];
+    let lat = list("latency");
+    assert_eq!(lat.len(), 8, "{lat:?}");
+    for via_relays in [true, false] {
+        for p in patterns {
+            let r = lat
+                .iter()
+                .find(|r| r["pattern"] == p && r["via_relays"] == via_relays)
+                .unwrap_or_else(|| panic!("no {p}, relays {via_relays}: {lat:?}"));
+            let median = r["median_us"].as_f64().unwrap();
+            assert!(median.is_finite() && median > 0.0, "{r}");
+            assert!(r["mean_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["p99_us"].as_f64().unwrap() >= median, "{r}");
+        }
+    }
+    let fits = list("latency_fit");
+    let fitted: Vec<&str> = fits
+        .iter()
+        .map(|f| f["pattern"].as_str().unwrap())
         .collect();
-    assert_eq!(lat.len(), 2, "{text}");
+    assert_eq!(fitted, patterns);
+    for f in &fits {
+        assert!(f["pair_us"].as_f64().unwrap().is_finite(), "{f}");
+        assert!(f["per_km_us"].is_null(), "one distance, no slope: {f}");
+    }
+    for p in patterns {
+        let rows = text
+            .lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some(p));
+        assert_eq!(rows.count(), 2, "{p}: a row per path\n{text}");
+        let fit = text
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(p));
+        assert_eq!(fit.count(), 1, "{p}: its fit\n{text}");
+    }
     assert!(
-        lat[0].contains("relays") && lat[1].contains("direct"),
+        text.contains("relay pair adds") && text.contains("1.48 us"),
         "{text}"
     );
-    assert!(text.contains("relay pair adds"), "{text}");
+    // The accuracy rows: each check, in order, with a finite figure.
+    let acc = list("accuracy");
+    let asked: Vec<&str> = acc.iter().map(|r| r["asked"].as_str().unwrap()).collect();
+    assert_eq!(
+        asked,
+        [
+            "delay 0",
+            "delay 1ms",
+            "delay 10ms",
+            "rate 200mbit",
+            "rate 100mbit",
+            "loss 1% seed 7"
+        ],
+        "{acc:?}"
+    );
+    for r in &acc {
+        let measured = r["measured"].as_f64().unwrap();
+        assert!(measured.is_finite(), "{r}");
+        let baseline = r["asked"] == "delay 0";
+        assert_eq!(r["met"].is_boolean(), !baseline, "{r}");
+        assert_eq!(r["bound"]["low"].is_number(), !baseline, "{r}");
+        match r["what"].as_str().unwrap() {
+            "rate" => assert!(measured > 0.0, "{r}"),
+            "loss" => {
+                assert!((0.0..=100.0).contains(&measured), "{r}");
+                assert!(
+                    r["note"].as_str().unwrap().contains("link says it dropped"),
+                    "{r}"
+                );
+            }
+            _ => assert!(!baseline || measured > 0.0, "{r}"),
+        }
+    }
+    let printed = text.lines().filter(|l| {
+        let first = l.split_whitespace().next();
+        matches!(first, Some("delay" | "rate" | "loss"))
+    });
+    assert_eq!(printed.count(), 6, "{text}");
 }

@@ -59,6 +59,10 @@ pub struct BwArgs {
     /// Messages per size instead of a duration.
     #[arg(long)]
     count: Option<u64>,
+    /// Messages a second at most, so that a datagram stream does not
+    /// outrun its receiver (default: as fast as they go).
+    #[arg(long)]
+    pace: Option<f64>,
     /// Draw MB/s over size as a PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -155,6 +159,7 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         window: a.window,
         seconds: a.seconds,
         count: a.count,
+        pace: a.pace,
     };
     let rows = plan.run(session(&a.peer)?.client())?;
     print!("{}", report::bw_table(&rows));

@@ -1,9 +1,12 @@
 //! `macrolink bench range`: throughput across an emulated long link, with
-//! and without the relay pair, beside iperf3 (root: namespaces).
+//! and without the relay pair, beside iperf3; latency of the IMB patterns;
+//! the emulator's own accuracy (root: namespaces).
 
+use anyhow::Context;
 use clap::Args as ClapArgs;
-use macrolink_bench::range::{self, Contender, Options};
-use std::path::PathBuf;
+use macrolink_bench::range::{self, AccRow, Contender, LatFit, LatRow, Options, Row};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -36,11 +39,17 @@ pub struct Args {
     /// MTU of the link's devices.
     #[arg(long, default_value_t = 9000)]
     mtu: u32,
-    /// Also 8-byte ping-pongs through the relays and straight over the
-    /// link at each distance, this many each (0: none).
+    /// Also the IMB patterns (PingPong, PingPing, SendRecv, Exchange) of
+    /// 8-byte messages through the relays and straight over the link at
+    /// each distance, this many iterations each (0: none).
     #[arg(long, default_value_t = 0)]
     latency: u32,
-    /// Write the rows as JSON.
+    /// Also check the link emulator against what it is asked: delay, rate
+    /// and loss, measured across it.
+    #[arg(long)]
+    accuracy: bool,
+    /// Write the rows as JSON: an object with `throughput`, `latency`,
+    /// `latency_fit` and `accuracy`, each a list of rows.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Draw throughput against distance as a PNG.
@@ -64,28 +73,51 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     eprintln!("bench range: about {:?}", range::estimate(&o));
     println!("{}", range::HEADER);
-    let rows = range::run(&o, |r| println!("{}", range::line(r)))?;
-    macrolink_bench::report::save(a.json.as_deref(), None, &rows)?;
+    let mut all = Saved {
+        throughput: range::run(&o, |r| println!("{}", range::line(r)))?,
+        ..Saved::default()
+    };
+    all.save(a.json.as_deref())?;
     if let Some(p) = &a.plot {
-        range::plot(p, &rows)?;
+        range::plot(p, &all.throughput)?;
         println!("plot: {}", p.display());
     }
     if a.latency > 0 {
-        println!("      km  path     median us   p99 us");
-        let path = |r: &range::LatRow| if r.via_relays { "relays" } else { "direct" };
-        let line = |r: &range::LatRow| {
-            println!(
-                "{:>8}  {:<7} {:>10.1} {:>8.1}",
-                r.km,
-                path(r),
-                r.median_us,
-                r.p99_us
-            )
-        };
-        let lat = range::latency(&o, a.latency, line)?;
-        let (pair, per_km) = range::latency_fit(&lat);
-        let per_km = per_km.map_or("n.a.".into(), |k| format!("{k:.2}"));
-        println!("relay pair adds {pair:.1} us (paper: 5.9 us); {per_km} us per km (fibre: 5.0)");
+        println!("\n{}", range::LAT_HEADER);
+        all.latency = range::latency(&o, a.latency, |r| println!("{}", range::lat_line(r)))?;
+        all.latency_fit = range::latency_fit(&all.latency);
+        println!("\n{}", range::FIT_HEADER);
+        for f in &all.latency_fit {
+            println!("{}", range::fit_line(f));
+        }
+        println!("{}", range::paper_line());
+        all.save(a.json.as_deref())?;
+    }
+    if a.accuracy {
+        println!("\n{}", range::ACC_HEADER);
+        all.accuracy = range::accuracy(&o, |r| println!("{}", range::acc_line(r)))?;
+        all.save(a.json.as_deref())?;
     }
     Ok(())
+}
+
+/// What `--json` holds: every kind of row of the run.
+#[derive(Debug, Default, Serialize)]
+struct Saved {
+    throughput: Vec<Row>,
+    latency: Vec<LatRow>,
+    latency_fit: Vec<LatFit>,
+    accuracy: Vec<AccRow>,
+}
+
+impl Saved {
+    /// Writes what there is so far to `path`, if asked, so that a run
+    /// that fails later keeps what it measured.
+    fn save(&self, path: Option<&Path>) -> anyhow::Result<()> {
+        let Some(p) = path else {
+            return Ok(());
+        };
+        let json = serde_json::to_vec_pretty(self)?;
+        std::fs::write(p, json).with_context(|| p.display().to_string())
+    }
 }
