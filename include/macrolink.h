@@ -32,6 +32,7 @@ extern "C" {
 #define DP_SHM  1
 #define DP_TCP  2
 #define DP_UDP  3 /* datagram mode only */
+#define DP_UCX  4 /* UCX: InfiniBand, RoCE, ...; the node needs MACROLINK_UCX=1 */
 
 /* Completion (dp_open). */
 #define DP_POLL 0 /* spin: lowest latency */
@@ -63,7 +64,8 @@ struct dp_info {
     uint64_t offset; /* region offset of a placed put */
 };
 
-/* Node: shm_dir NULL = default meeting directory; tcp_listen NULL = "127.0.0.1:0". */
+/* Node: shm_dir NULL = default meeting directory; tcp_listen NULL = "127.0.0.1:0".
+   MACROLINK_UCX=1 in the environment starts UCX as well (for DP_UCX). */
 int dp_init(uint32_t node, const char *shm_dir, const char *tcp_listen);
 int dp_tcp_port(void);
 int dp_add_peer(uint32_t node, const char *tcp_addr);

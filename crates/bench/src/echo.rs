@@ -57,12 +57,15 @@ pub fn serve(mut ep: Endpoint, region: Option<RegionKey>) {
                 if Some(key) != region {
                     continue;
                 }
-                let Some(mem) = ep.region(key) else { continue };
-                let off = offset as usize;
                 if buf.len() < r.len {
                     buf.resize(r.len, 0);
                 }
-                buf[..r.len].copy_from_slice(&mem[off..off + r.len]);
+                if ep
+                    .read_region(key, offset as usize, &mut buf[..r.len])
+                    .is_err()
+                {
+                    continue;
+                }
                 (Mode::Reliable, &buf[..r.len])
             }
         };

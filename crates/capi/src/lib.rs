@@ -56,7 +56,7 @@ impl From<&Error> for DpError {
             Error::BufferTooSmall { .. } => DpError::SmallBuf,
             Error::EndpointInUse(_) => DpError::InUse,
             Error::NoSuchEndpoint(_) => DpError::NoEp,
-            Error::Unreachable { .. } => DpError::Unreach,
+            Error::Unreachable { .. } | Error::NoUcx | Error::UcxMissing(_) => DpError::Unreach,
             Error::Unsupported { .. } | Error::WrongMode(_) => DpError::Mode,
             Error::BadTarget | Error::NoSuchRegion => DpError::BadF,
             Error::PeerLost { .. } => DpError::Lost,
@@ -146,6 +146,8 @@ unsafe fn input<'a>(buf: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
 
 /// Starts this process's node. `shm_dir` (NULL: the default) is where nodes
 /// of this host meet; `tcp_listen` (NULL: "127.0.0.1:0") is the TCP address.
+/// With `MACROLINK_UCX=1` in the environment the node starts UCX too (its
+/// transports from `UCX_TLS`, `UCX_NET_DEVICES`), for targets over `DP_UCX`.
 ///
 /// # Safety
 /// The strings are NULL or NUL-terminated.
@@ -169,6 +171,9 @@ pub unsafe extern "C" fn dp_init(
             Ok(a) => cfg.tcp = Some(a),
             Err(_) => return code(DpError::Inval),
         }
+    }
+    if std::env::var("MACROLINK_UCX").is_ok_and(|v| v == "1") {
+        cfg.ucx = Some(macrolink_fabric::UcxOptions::default());
     }
     let mut st = lock(&STATE);
     if st.is_some() {
@@ -280,6 +285,7 @@ pub extern "C" fn dp_target(
         1 => ep.target_via(to, mode, Transport::Shm),
         2 => ep.target_via(to, mode, Transport::Tcp),
         3 => ep.target_via(to, mode, Transport::Udp),
+        4 => ep.target_via(to, mode, Transport::Ucx),
         _ => return code(DpError::Inval),
     };
     match r {
@@ -397,8 +403,8 @@ pub unsafe extern "C" fn dp_register(
     match ep.register(len) {
         Ok(k) => {
             let ptr = ep
-                .region_mut(k)
-                .map_or(std::ptr::null_mut(), |r| r.as_mut_ptr().cast::<c_void>());
+                .region_ptr(k)
+                .map_or(std::ptr::null_mut(), |(p, _)| p.as_ptr().cast::<c_void>());
             // SAFETY: the caller promises writable pointers when not null.
             unsafe {
                 if !key.is_null() {

@@ -82,6 +82,16 @@ pub enum Error {
     /// The region key is not registered on this endpoint.
     #[error("no region with that key")]
     NoSuchRegion,
+    /// A copy in or out of a region would reach past its end.
+    #[error("{len} bytes at {offset} reach outside the region of {region} bytes")]
+    OutsideRegion {
+        /// First byte asked for.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes of the region.
+        region: usize,
+    },
     /// The peer sent something that is not macrolink.
     #[error("protocol error from {peer}: {source}")]
     Protocol {
@@ -91,6 +101,12 @@ pub enum Error {
         #[source]
         source: WireError,
     },
+    /// UCX was asked for on a node started without it.
+    #[error("this node was started without UCX: enable it (NodeConfig::ucx, or --transport ucx on the command line) on both sides")]
+    NoUcx,
+    /// UCX is not installed, or could not start.
+    #[error(transparent)]
+    UcxMissing(#[from] crate::transport::ucx::Missing),
     /// A wait ran out of time.
     #[error("timed out")]
     Timeout,

@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::sys;
+use crate::transport::sys;
 
 /// How many unproven peers a listener bears, and for how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,28 +31,28 @@
 //! # Ok::<(), macrolink_fabric::Error>(())
 //! ```
 
-mod contact;
 mod endpoint;
 mod error;
-mod framing;
 pub mod gate;
 mod iobuf;
 pub mod key;
 mod node;
 mod pool;
+mod puts;
+mod rx;
 pub mod seal;
-pub(crate) mod sys;
 mod transport;
 mod types;
 
-pub use contact::{handshake, hear, Answer, Heard, RAIL_USER_TIMEOUT_MS};
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use iobuf::IoBuf;
 pub use key::Key;
 pub use macrolink_wire::Refusal;
 pub use node::{default_shm_dir, remove_sockets, Node, NodeConfig, DEFAULT_MTU, DEFAULT_RING};
-pub use sys::clock_ns;
+pub use transport::contact::{handshake, hear, Answer, Heard, RAIL_USER_TIMEOUT_MS};
+pub use transport::sys::clock_ns;
+pub use transport::ucx::{Missing as UcxMissing, UcxOptions};
 pub use transport::Caps;
 pub use types::{
     Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,

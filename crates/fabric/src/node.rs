@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use crate::contact::{accept_loop, sweep_stale, Accepted, NodeShared};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::key::Key;
-use crate::sys;
+use crate::transport::contact::{accept_loop, sweep_stale, Accepted, NodeShared};
+use crate::transport::sys;
+use crate::transport::ucx;
 use crate::types::EndpointConfig;
 
 /// Default datagram MTU: payload bytes, as InfiniBand UD's 2048.
@@ -48,6 +49,12 @@ pub struct NodeConfig {
     pub key: Option<Key>,
     /// Unproven peers the listeners bear.
     pub handshakes: gate::Limits,
+    /// Starts UCX (loaded at run time: `libucp.so.0`), so that endpoints
+    /// can make targets over [`Transport::Ucx`](crate::Transport::Ucx);
+    /// the node fails to start, naming the package to install, when UCX
+    /// is missing. UCX picks its transports from its environment
+    /// (`UCX_TLS`, `UCX_NET_DEVICES`), which the options override.
+    pub ucx: Option<ucx::UcxOptions>,
 }
 
 impl NodeConfig {
@@ -64,6 +71,7 @@ impl NodeConfig {
             shm_ring: DEFAULT_RING,
             key: None,
             handshakes: gate::Limits::default(),
+            ucx: None,
         }
     }
 }
@@ -72,8 +80,9 @@ impl NodeConfig {
 pub fn default_shm_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) => PathBuf::from(d).join("macrolink"),
-        // SAFETY: getuid has no preconditions and cannot fail.
-        None => std::env::temp_dir().join(format!("macrolink-{}", unsafe { libc::getuid() })),
+        None => {
+            std::env::temp_dir().join(format!("macrolink-{}", rustix::process::getuid().as_raw()))
+        }
     }
 }
 
@@ -114,6 +123,7 @@ impl Node {
                 Key::open()
             }),
         };
+        let ucx = cfg.ucx.as_ref().map(ucx::Context::new).transpose()?;
         let tcp = cfg.tcp.map(TcpListener::bind).transpose()?;
         let tcp_addr = tcp.as_ref().map(|l| l.local_addr()).transpose()?;
         let mut sock_path = None;
@@ -146,6 +156,7 @@ impl Node {
             cfg.peers.clone(),
             key,
             Gate::new(cfg.handshakes),
+            ucx,
         ));
         let mut acceptors = Vec::new();
         if let Some(l) = tcp {

@@ -53,6 +53,31 @@ impl TokenPool {
         self.free.len()
     }
 
+    /// Takes tokens for `len` bytes at once, counted as written, and puts
+    /// where each part goes, in order, into `spaces` (cleared first), for a
+    /// transport that writes them itself; `None`, taking nothing, when too
+    /// few tokens are free.
+    pub(crate) fn reserve(
+        &mut self,
+        len: usize,
+        spaces: &mut Vec<(*mut u8, usize)>,
+    ) -> Option<Chain> {
+        spaces.clear();
+        if len.div_ceil(self.token) > self.free.len() {
+            return None;
+        }
+        let mut chain = Chain::EMPTY;
+        let mut left = len;
+        while left > 0 {
+            let space = self.tail_space(&mut chain)?;
+            let n = space.len().min(left);
+            spaces.push((space.as_mut_ptr(), n));
+            self.commit(&chain, n);
+            left -= n;
+        }
+        Some(chain)
+    }
+
     /// Bytes the pool holds when full.
     pub(crate) fn capacity(&self) -> usize {
         self.mem.len()
@@ -136,6 +161,20 @@ mod tests {
         let mut out = vec![0; 35];
         assert_eq!(pool.drain_into(c, &mut out), 35);
         assert_eq!(out, msg);
+        assert_eq!(pool.available(), 4);
+    }
+
+    #[test]
+    fn a_reservation_takes_whole_tokens_or_nothing() {
+        let mut pool = TokenPool::new(4, 10).unwrap();
+        let mut spaces = Vec::new();
+        assert!(pool.reserve(41, &mut spaces).is_none());
+        assert_eq!(pool.available(), 4);
+        let c = pool.reserve(25, &mut spaces).unwrap();
+        assert_eq!(spaces.iter().map(|s| s.1).collect::<Vec<_>>(), [10, 10, 5]);
+        assert_eq!(pool.available(), 1);
+        let mut out = vec![0; 25];
+        assert_eq!(pool.drain_into(c, &mut out), 25);
         assert_eq!(pool.available(), 4);
     }
 

@@ -93,9 +93,12 @@ pub enum Transport {
     Tcp,
     /// UDP, datagram mode only.
     Udp,
+    /// UCX (the library under Open MPI and MPICH): InfiniBand, RoCE,
+    /// shared memory or TCP, whichever UCX finds; all modes.
+    Ucx,
 }
 
-named!(Transport, Transport::Shm => "shm", Transport::Tcp => "tcp", Transport::Udp => "udp");
+named!(Transport, Transport::Shm => "shm", Transport::Tcp => "tcp", Transport::Udp => "udp", Transport::Ucx => "ucx");
 
 /// How an endpoint waits for completions (the papers' "polling" and "event
 /// driven" columns).
@@ -248,7 +251,12 @@ mod tests {
 
     #[test]
     fn names_parse_back_and_strangers_are_named() {
-        for t in [Transport::Shm, Transport::Tcp, Transport::Udp] {
+        for t in [
+            Transport::Shm,
+            Transport::Tcp,
+            Transport::Udp,
+            Transport::Ucx,
+        ] {
             assert_eq!(t.to_string().parse::<Transport>(), Ok(t));
         }
         for m in [Mode::Datagram, Mode::Reliable, Mode::Put] {
@@ -257,6 +265,9 @@ mod tests {
         assert_eq!("wait".parse::<Completion>(), Ok(Completion::Wait));
         assert_eq!(Completion::NAMES, ["poll", "wait"]);
         let e = "ib".parse::<Transport>().unwrap_err();
-        assert_eq!(e.to_string(), r#""ib" is not one of ["shm", "tcp", "udp"]"#);
+        assert_eq!(
+            e.to_string(),
+            r#""ib" is not one of ["shm", "tcp", "udp", "ucx"]"#
+        );
     }
 }

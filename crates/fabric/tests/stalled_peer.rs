@@ -38,7 +38,7 @@ fn read_one(rx: &mut Endpoint, buf: &mut [u8]) -> Recv {
 
 fn stalled_sender_does_not_hold_the_endpoint(completion: Completion) {
     // A read held by the stalled message would never return: fail, not hang.
-    watchdog(120, "a read behind a stalled message");
+    let _watch = watchdog(120, "a read behind a stalled message");
     let dir = tempfile::tempdir().unwrap();
     let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
     let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
@@ -114,7 +114,7 @@ fn a_stalled_sender_does_not_hold_a_polling_endpoint() {
 
 #[test]
 fn a_write_to_a_peer_that_takes_nothing_gives_up_after_the_send_timeout() {
-    watchdog(120, "a write to a peer that takes nothing");
+    let _watch = watchdog(120, "a write to a peer that takes nothing");
     let dir = tempfile::tempdir().unwrap();
     let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
     let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();

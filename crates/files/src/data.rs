@@ -287,6 +287,7 @@ impl Receiver {
     ) -> Result<Vec<(u64, Digest)>, DataError> {
         let mut out = Vec::new();
         let mut buf = [0u8; 64];
+        let mut chunk = Vec::with_capacity(shape.chunk as usize);
         let mut credit: Option<Target> = None;
         for (k, index) in (s as u64..shape.chunks()).step_by(n as usize).enumerate() {
             let (file_off, len) = shape.chunk_at(index);
@@ -304,10 +305,13 @@ impl Receiver {
                 }
             }
             shared.pace(len)?;
-            let region = self.ep.region(self.key).expect("registered at open");
-            let data = &region[slot_off as usize..slot_off as usize + len];
-            out.push((index, shared.digest(data)));
-            sink.write_at(data, file_off).map_err(DataError::File)?;
+            // Out of the region, which the sender writes into: the slot is
+            // the receiver's until it grants the credit below.
+            chunk.resize(len, 0);
+            self.ep
+                .read_region(self.key, slot_off as usize, &mut chunk)?;
+            out.push((index, shared.digest(&chunk)));
+            sink.write_at(&chunk, file_off).map_err(DataError::File)?;
             shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
             let t = match credit {
                 Some(t) => t,

@@ -19,7 +19,7 @@
 
 use macrolink_fabric::gate::{Gate, Limits, Source};
 use macrolink_fabric::{Error as FabricError, Heard, Key, Refusal};
-use macrolink_wire::{FrameKind, Header};
+use macrolink_wire::{Flags, FrameKind, Header};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -121,6 +121,15 @@ impl Greeter {
         self.spawn("ml-relay-hear", move || {
             let pass = gate.enter(Source::Ip(from.ip()), &sock).ok()?;
             match macrolink_fabric::hear(&mut sock, &key, pass.until) {
+                Ok(Ok(heard)) if heard.hello.flags.contains(Flags::UCX) => {
+                    // UCX's data goes worker to worker, which the long link
+                    // does not carry: refused by name, before it crosses.
+                    let mut no = Header::new(FrameKind::HelloRefused);
+                    no.offset = Refusal::Unsupported.code();
+                    let _ = sock.write_all(heard.answer(&key, &no).as_slice());
+                    tracing::info!("refused {from}: UCX does not cross the relays");
+                    None
+                }
                 Ok(Ok(heard)) => Some(Done::Heard {
                     node,
                     sock,

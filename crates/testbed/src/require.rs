@@ -1,7 +1,8 @@
 //! Tests that need root, or network namespaces, run where they can and say
 //! why they did not run elsewhere; where the environment says they are
-//! required (`MACROLINK_REQUIRE_NETNS=1`, `MACROLINK_REQUIRE_ROOT=1`, as CI
-//! sets them), not running is a failure instead.
+//! required (`MACROLINK_REQUIRE_NETNS=1`, `MACROLINK_REQUIRE_ROOT=1`,
+//! `MACROLINK_REQUIRE_UCX=1`, as CI sets them), not running is a failure
+//! instead.
 
 use crate::netns::{Namespaces, Shape, Testbed};
 
@@ -57,6 +58,16 @@ pub fn namespaces(n: usize) -> Option<Namespaces> {
         "not root".to_string()
     };
     skip("MACROLINK_REQUIRE_NETNS", "namespace test", &why)
+}
+
+/// What a start of something that needs UCX gave: its value, or `None`
+/// (with the reason printed) where UCX is missing here; a panic when
+/// `MACROLINK_REQUIRE_UCX=1`.
+pub fn ucx<T, E: std::fmt::Display>(started: Result<T, E>) -> Option<T> {
+    match started {
+        Ok(v) => Some(v),
+        Err(e) => skip("MACROLINK_REQUIRE_UCX", "UCX test", &e.to_string()),
+    }
 }
 
 fn skip<T>(var: &str, what: &str, why: &str) -> Option<T> {

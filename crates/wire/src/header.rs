@@ -48,6 +48,14 @@ pub enum FrameKind {
     /// `key` itself (one-sided); sent only when the target asked to be told
     /// (`NOTIFY`).
     PutDone = 11,
+    /// UCX: the target deregistered the region named by `key`; the
+    /// initiator forgets its remote key and answers `Revoked`.
+    Revoke = 12,
+    /// UCX: the initiator no longer holds the remote key of region `key`.
+    Revoked = 13,
+    /// UCX: the receiver took `offset` more reliable messages off the
+    /// connection; the sender may send that many more.
+    Credit = 14,
 }
 
 impl FrameKind {
@@ -64,6 +72,9 @@ impl FrameKind {
             9 => Self::RegionQuery,
             10 => Self::RegionInfo,
             11 => Self::PutDone,
+            12 => Self::Revoke,
+            13 => Self::Revoked,
+            14 => Self::Credit,
             _ => return None,
         })
     }
@@ -86,7 +97,12 @@ impl Flags {
     /// service (its contact address), not its fabric node; the relay that
     /// heard the hello carries it there once the host proved the key.
     pub const CONTACT: Flags = Flags(8);
-    const ALL: u8 = 0b1111;
+    /// Hello: the connection's data goes over UCX; once the node has
+    /// answered, each side sends the other its UCX worker's address and the
+    /// tag under which to send to it (see `macrolink_fabric`'s UCX
+    /// transport), and the socket stays open to tell when the peer is gone.
+    pub const UCX: Flags = Flags(16);
+    const ALL: u8 = 0b1_1111;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Flags) -> bool {
@@ -119,6 +135,8 @@ pub enum Refusal {
     OtherSession,
     /// Too many handshakes are pending; try again.
     Busy,
+    /// The node does not carry the transport the hello asks for.
+    Unsupported,
     /// A code this version does not know.
     Other(u64),
 }
@@ -134,6 +152,7 @@ impl Refusal {
             Refusal::Unauthenticated => 5,
             Refusal::OtherSession => 6,
             Refusal::Busy => 7,
+            Refusal::Unsupported => 8,
             Refusal::Other(c) => c,
         }
     }
@@ -148,6 +167,7 @@ impl Refusal {
             5 => Refusal::Unauthenticated,
             6 => Refusal::OtherSession,
             7 => Refusal::Busy,
+            8 => Refusal::Unsupported,
             c => Refusal::Other(c),
         }
     }
@@ -163,6 +183,7 @@ impl std::fmt::Display for Refusal {
             Refusal::Unauthenticated => f.write_str("the fabric key was not proven"),
             Refusal::OtherSession => f.write_str("the endpoint serves another session"),
             Refusal::Busy => f.write_str("too many handshakes pending"),
+            Refusal::Unsupported => f.write_str("the node does not carry that transport"),
             Refusal::Other(c) => write!(f, "refusal code {c}"),
         }
     }
@@ -211,6 +232,9 @@ pub enum WireError {
         /// Which rule was broken.
         what: &'static str,
     },
+    /// A UCX contact card that is not one.
+    #[error(transparent)]
+    Card(#[from] crate::ucx::CardError),
 }
 
 /// A decoded frame header.
@@ -349,7 +373,10 @@ impl Header {
             | FrameKind::HelloRefused
             | FrameKind::PutAck
             | FrameKind::PutNack
-            | FrameKind::RegionQuery => {
+            | FrameKind::RegionQuery
+            | FrameKind::Revoke
+            | FrameKind::Revoked
+            | FrameKind::Credit => {
                 if self.len != 0 {
                     return bad("control frame with payload");
                 }
@@ -396,11 +423,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn kinds() -> impl Strategy<Value = FrameKind> {
-        (1u8..=11).prop_map(|k| FrameKind::from_u8(k).unwrap())
+        (1u8..=14).prop_map(|k| FrameKind::from_u8(k).unwrap())
     }
 
     prop_compose! {
-        fn any_header()(kind in kinds(), flags in 0u8..16, src_node: u32, src_ep: u32, dst_ep: u32,
+        fn any_header()(kind in kinds(), flags in 0u8..32, src_node: u32, src_ep: u32, dst_ep: u32,
                         len: u32, seq: u64, total: u64, offset: u64, key: u64) -> Header {
             Header { kind, flags: Flags(flags), src_node, src_ep, dst_ep, len, seq, total, offset, key }
         }

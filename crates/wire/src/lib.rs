@@ -21,6 +21,7 @@ pub mod haul;
 mod header;
 mod hello;
 pub mod manage;
+pub mod ucx;
 
 pub use header::{
     Flags, FrameKind, Header, Refusal, WireError, HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_FRAME,

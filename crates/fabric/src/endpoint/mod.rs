@@ -8,27 +8,23 @@
 //! back until it does.
 
 mod onesided;
-mod put;
-mod rx;
-mod udp;
 
-use macrolink_wire::{FrameKind, Header, HEADER_LEN, MAX_FRAME};
+use macrolink_wire::{FrameKind, Header};
 use std::collections::{HashMap, VecDeque};
-use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::contact::{Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
 use crate::error::{Error, Result};
 use crate::pool::TokenPool;
-use crate::sys;
-use crate::transport::Stream;
+use crate::puts::PutTable;
+use crate::rx::{Body, Core, Ready, Step, NAP, SPINS_PER_CHECK};
+use crate::transport::contact::{Dialled, Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
+use crate::transport::region::Regions;
+use crate::transport::udp::Udp;
+use crate::transport::{sys, ucx, Connection, SendState};
 use crate::types::{
     Addr, Completion, EndpointConfig, Mode, Recv, RecvKind, Stats, Target, Timings, Transport,
 };
-use put::{PutTable, Regions};
-use rx::{Body, Conn, Core, Ready, Step, NAP, SPINS_PER_CHECK};
-use udp::Udp;
 
 /// How a target's traffic leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,10 +40,30 @@ struct TargetEntry {
     route: Route,
 }
 
+/// One connection of the endpoint and what the endpoint keeps of it.
+#[derive(Debug)]
+struct Conn {
+    peer: Addr,
+    /// The remote address this side dialled, for a rail made by `target_at`.
+    rail: Option<std::net::SocketAddr>,
+    /// Number of the next reliable message sent.
+    tx_seq: u64,
+    link: Box<dyn Connection>,
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     gen: u32,
     conn: Option<Conn>,
+}
+
+impl ucx::Conns for Vec<Slot> {
+    fn get(&mut self, slot: u32, gen: u32) -> Option<&mut ucx::Conn> {
+        self.get_mut(slot as usize)
+            .filter(|s| s.gen == gen)
+            .and_then(|s| s.conn.as_mut())
+            .and_then(|c| c.link.ucx())
+    }
 }
 
 /// How long a blocking call may go on.
@@ -77,6 +93,8 @@ pub struct Endpoint {
     reply_index: HashMap<(u32, u32, Mode), Target>,
     core: Core,
     udp: Option<Udp>,
+    /// The endpoint's UCX worker, when its node has UCX.
+    ucx: Option<ucx::Port>,
     incoming: Vec<Incoming>,
     pollfds: Vec<libc::pollfd>,
     next_slot: usize,
@@ -93,7 +111,15 @@ impl Endpoint {
             .udp_ip
             .map(|ip| Udp::bind(ip, node.mtu, node.datagram_token))
             .transpose()?;
-        let inbox = Arc::new(Inbox::new(udp.as_ref().map_or(0, |u| u.port()))?);
+        let ucx = node
+            .ucx
+            .as_ref()
+            .map(|c| ucx::Port::open(c, node.mtu))
+            .transpose()?;
+        let inbox = Arc::new(Inbox::new(
+            udp.as_ref().map_or(0, |u| u.port()),
+            ucx.as_ref().map(|p| p.contact_card()),
+        )?);
         let token_size = cfg.token_size.max(node.mtu).max(4096);
         let tokens = cfg.tokens.max(1);
         let pool = TokenPool::new(tokens, token_size)?;
@@ -120,6 +146,7 @@ impl Endpoint {
                 timings: Timings::default(),
             },
             udp,
+            ucx,
             incoming: Vec::new(),
             pollfds: Vec::new(),
             next_slot: 0,
@@ -164,8 +191,9 @@ impl Endpoint {
                 .is_some_and(|c| c.peer.node != peer)
             {
                 if let Some(mut c) = self.slots[i].conn.take() {
-                    c.release(&mut self.core.pool);
+                    c.link.release(&mut self.core.pool);
                     self.inbox.admits(c.peer, None);
+                    self.forget_conn(i as u32, self.slots[i].gen);
                 }
             }
         }
@@ -248,15 +276,19 @@ impl Endpoint {
                 self.udp_hot = true;
                 route
             }
-            Transport::Shm | Transport::Tcp => {
+            Transport::Shm | Transport::Tcp | Transport::Ucx => {
                 self.adopt_incoming();
                 match self.find_conn(to, transport) {
                     Some(r) => r,
                     None => {
-                        let stream =
-                            self.node
-                                .connect(self.addr(), to, transport, self.inbox.token())?;
-                        self.insert_conn(Conn::new(to, stream))
+                        let link = self.node.connect(
+                            self.addr(),
+                            to,
+                            transport,
+                            self.inbox.token(),
+                            self.ucx.as_ref().map(|p| p.contact_card()),
+                        )?;
+                        self.insert_conn(to, link, None)?
                     }
                 }
             }
@@ -328,7 +360,7 @@ impl Endpoint {
                 // traffic moves to the others: short dial, user timeout.
                 let dial = Duration::from_millis(u64::from(RAIL_USER_TIMEOUT_MS) / 4);
                 let rail = Some(RAIL_USER_TIMEOUT_MS);
-                let stream = self.node.connect_tcp_within(
+                let link = self.node.connect_tcp_within(
                     self.addr(),
                     to,
                     addr,
@@ -336,9 +368,7 @@ impl Endpoint {
                     rail,
                     self.inbox.token(),
                 )?;
-                let mut conn = Conn::new(to, stream);
-                conn.rail = Some(addr);
-                self.insert_conn(conn)
+                self.insert_conn(to, link, Some(addr))?
             }
         };
         let t = self.add_target(to, mode, route);
@@ -360,7 +390,7 @@ impl Endpoint {
         self.slots.iter().enumerate().find_map(|(i, s)| {
             s.conn
                 .as_ref()
-                .filter(|c| c.peer == to && c.stream.transport() == transport)
+                .filter(|c| c.peer == to && c.link.transport() == transport)
                 .map(|_| Route::Conn {
                     slot: i as u32,
                     gen: s.gen,
@@ -368,7 +398,13 @@ impl Endpoint {
         })
     }
 
-    fn insert_conn(&mut self, conn: Conn) -> Route {
+    /// Makes a connection of `link` to `peer` in a free slot.
+    fn insert_conn(
+        &mut self,
+        peer: Addr,
+        link: Dialled,
+        rail: Option<std::net::SocketAddr>,
+    ) -> Result<Route> {
         let i = match self.slots.iter().position(|s| s.conn.is_none()) {
             Some(i) => i,
             None => {
@@ -376,15 +412,20 @@ impl Endpoint {
                 self.slots.len() - 1
             }
         };
+        let gen = self.slots[i].gen.wrapping_add(1);
+        let link = link.connect(peer, (i as u32, gen), self.ucx.as_mut())?;
         let s = &mut self.slots[i];
-        s.gen = s.gen.wrapping_add(1);
-        let mut conn = conn;
-        conn.id = (i as u32, s.gen);
-        s.conn = Some(conn);
-        Route::Conn {
+        s.gen = gen;
+        s.conn = Some(Conn {
+            peer,
+            rail,
+            tx_seq: 0,
+            link,
+        });
+        Ok(Route::Conn {
             slot: i as u32,
-            gen: s.gen,
-        }
+            gen,
+        })
     }
 
     fn adopt_incoming(&mut self) {
@@ -392,8 +433,19 @@ impl Endpoint {
         while let Some(inc) = self.incoming.pop() {
             // Accepted before the endpoint was bound to a session?
             if self.inbox.admits(inc.peer, None) {
-                self.insert_conn(Conn::new(inc.peer, inc.stream));
+                if let Err(e) = self.insert_conn(inc.peer, inc.link, None) {
+                    tracing::warn!(peer = %inc.peer, "cannot take a connection: {e}");
+                }
             }
+        }
+    }
+
+    /// What is kept for a connection that is gone: regions it may write
+    /// into, and its place in the UCX worker.
+    fn forget_conn(&mut self, slot: u32, gen: u32) {
+        self.core.regions.released(None, slot, gen);
+        if let Some(p) = self.ucx.as_mut() {
+            p.forget(slot, gen);
         }
     }
 
@@ -437,10 +489,10 @@ impl Endpoint {
                     });
                 }
                 h.kind = FrameKind::Datagram;
-                h.len = data.len() as u32;
                 h.key = self.node.datagram_token;
                 match e.route {
                     Route::Udp(sa) => {
+                        h.len = data.len() as u32;
                         let udp = self.udp.as_mut().ok_or(Error::BadTarget)?;
                         udp.send(&h, data, sa)?;
                     }
@@ -454,17 +506,7 @@ impl Endpoint {
                 let conn = self.conn_mut(e.peer, slot, gen)?;
                 h.seq = conn.tx_seq;
                 conn.tx_seq += 1;
-                let mut off = 0;
-                loop {
-                    let n = (data.len() - off).min(MAX_FRAME as usize);
-                    h.offset = off as u64;
-                    h.len = n as u32;
-                    self.send_frame(e.peer, slot, gen, &h, &data[off..off + n])?;
-                    off += n;
-                    if off == data.len() {
-                        break;
-                    }
-                }
+                self.send_frame(e.peer, slot, gen, &h, data)?;
             }
         }
         if self.core.probe {
@@ -476,10 +518,10 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Writes one frame whole, moving incoming traffic along while the
-    /// transport is full so that two endpoints writing to each other cannot
-    /// stall. With a send timeout, a peer that takes nothing for that long
-    /// is given up.
+    /// Hands one frame (a whole message, put or control frame) to the
+    /// connection, moving incoming traffic along while the transport is
+    /// full so that two endpoints writing to each other cannot stall. With a
+    /// send timeout, a peer that takes nothing for that long is given up.
     fn send_frame(
         &mut self,
         peer: Addr,
@@ -488,42 +530,36 @@ impl Endpoint {
         h: &Header,
         payload: &[u8],
     ) -> Result<()> {
-        let hdr = h.encode();
-        let total = HEADER_LEN + payload.len();
-        let mut sent = 0;
-        let mut stalled: Option<Instant> = None;
+        let mut st = SendState::default();
+        let mut stalled: Option<(Instant, usize, usize)> = None;
         let was_in_send = std::mem::replace(&mut self.in_send, true);
         let result = loop {
             let conn = match self.conn_mut(peer, slot, gen) {
                 Ok(c) => c,
                 Err(e) => break Err(e),
             };
-            let bufs = [
-                IoSlice::new(&hdr[sent.min(HEADER_LEN)..]),
-                IoSlice::new(&payload[sent.saturating_sub(HEADER_LEN)..]),
-            ];
-            match conn.stream.try_write(&bufs) {
-                Ok(0) => {}
-                Ok(n) => {
-                    sent += n;
-                    stalled = None;
-                }
+            match conn.link.send(h, payload, &mut st) {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
                 Err(e) => {
                     let reason = e.to_string();
                     self.lose(slot as usize, reason.clone());
                     break Err(Error::PeerLost { peer, reason });
                 }
             }
-            if sent == total {
-                break Ok(());
-            }
             if let Some(limit) = self.send_timeout {
-                if stalled.get_or_insert_with(Instant::now).elapsed() >= limit {
-                    // Part of the frame may be out: the stream cannot go on.
-                    let reason = format!("took nothing for {limit:?}");
-                    tracing::info!(%peer, "giving up a write: the peer {reason}");
-                    self.lose(slot as usize, reason.clone());
-                    break Err(Error::PeerLost { peer, reason });
+                let at = (st.done, st.sent);
+                match stalled {
+                    Some((since, d, s)) if (d, s) == at => {
+                        if since.elapsed() >= limit {
+                            // Part of the frame may be out: the stream cannot go on.
+                            let reason = format!("took nothing for {limit:?}");
+                            tracing::info!(%peer, "giving up a write: the peer {reason}");
+                            self.lose(slot as usize, reason.clone());
+                            break Err(Error::PeerLost { peer, reason });
+                        }
+                    }
+                    _ => stalled = Some((Instant::now(), at.0, at.1)),
                 }
             }
             if let Err(e) = self.progress_all(None) {
@@ -531,8 +567,9 @@ impl Endpoint {
             }
             let completion = self.core.completion;
             let mut spins = self.idle_spins;
+            let need = payload.len().saturating_sub(st.done).min(64 * 1024) + 64;
             if let Ok(conn) = self.conn_mut(peer, slot, gen) {
-                wait_writable(conn, completion, total - sent, &mut spins);
+                wait_writable(conn.link.as_mut(), completion, need, &mut spins);
             }
             self.idle_spins = spins;
         };
@@ -540,7 +577,7 @@ impl Endpoint {
         result
     }
 
-    /// Sends queued put answers, between messages.
+    /// Sends queued control answers, between messages.
     fn flush_ctrl(&mut self) {
         if self.in_send {
             return;
@@ -548,7 +585,7 @@ impl Endpoint {
         for i in 0..self.slots.len() {
             let gen = self.slots[i].gen;
             while let Some(conn) = self.slots[i].conn.as_mut() {
-                let Some((mut h, payload)) = conn.ctrl_out.pop_front() else {
+                let Some((mut h, payload)) = conn.link.control().out.pop_front() else {
                     break;
                 };
                 let peer = conn.peer;
@@ -655,6 +692,12 @@ impl Endpoint {
                         self.core.pool.drain_into(chain, buf);
                     }
                     Body::Held(data) => buf[..len].copy_from_slice(&data),
+                    Body::Pending(m) => {
+                        let port = self.ucx.as_mut().ok_or(Error::BadTarget)?;
+                        if let Err(reason) = port.receive(m, &mut buf[..len]) {
+                            return Err(Error::PeerLost { peer: from, reason });
+                        }
+                    }
                 }
                 self.core.stats.messages_in += 1;
                 self.core.stats.bytes_in += len as u64;
@@ -699,7 +742,7 @@ impl Endpoint {
             let Some(conn) = self.slots[i].conn.as_mut() else {
                 continue;
             };
-            match conn.progress(&mut self.core, user.as_deref_mut()) {
+            match conn.link.progress(&mut self.core, user.as_deref_mut()) {
                 Step::Idle => {}
                 Step::Moved => moved = true,
                 Step::Delivered(r) => {
@@ -716,6 +759,19 @@ impl Endpoint {
                     self.lose(i, reason);
                     moved = true;
                 }
+            }
+        }
+        if let Some(port) = self.ucx.as_mut() {
+            match port.progress(&mut self.core, user.as_deref_mut(), &mut self.slots) {
+                Step::Delivered(r) => return Ok((Some(r), true)),
+                Step::TooSmall(needed) => {
+                    return Err(Error::BufferTooSmall {
+                        needed: needed as usize,
+                        have: user.map_or(0, |b| b.len()),
+                    })
+                }
+                Step::Moved => moved = true,
+                Step::Idle | Step::Lost(_) => {}
             }
         }
         // The datagram socket costs a system call per look: while polling,
@@ -743,8 +799,9 @@ impl Endpoint {
     fn lose(&mut self, i: usize, reason: String) {
         let gen = self.slots[i].gen;
         if let Some(mut conn) = self.slots[i].conn.take() {
-            conn.release(&mut self.core.pool);
+            conn.link.release(&mut self.core.pool);
             self.core.puts.lose(i as u32, gen, conn.peer);
+            self.forget_conn(i as u32, gen);
             tracing::debug!(peer = %conn.peer, "connection lost: {reason}");
             self.core.ready.push_back(Ready::Lost {
                 peer: conn.peer,
@@ -763,7 +820,7 @@ impl Endpoint {
                     self.idle_spins = 0;
                     for s in &mut self.slots {
                         if let Some(c) = s.conn.as_mut() {
-                            c.stream.check_alive();
+                            c.link.check_alive();
                         }
                     }
                 }
@@ -773,13 +830,17 @@ impl Endpoint {
         }
     }
 
-    /// Blocks until a stream, the datagram socket or the inbox stirs.
+    /// Blocks until a connection, the datagram socket, the UCX worker or
+    /// the inbox stirs.
     fn sleep(&mut self, deadline: Deadline) -> Result<()> {
         let mut armed = true;
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
-                armed &= c.stream.arm_read();
+                armed &= c.link.arm_read();
             }
+        }
+        if let Some(p) = self.ucx.as_mut() {
+            armed &= p.arm();
         }
         if armed {
             self.pollfds.clear();
@@ -789,10 +850,14 @@ impl Endpoint {
                 self.pollfds
                     .push(sys::pollfd(u.raw_fd(), sys::Interest::Read));
             }
+            if let Some(p) = &self.ucx {
+                self.pollfds
+                    .push(sys::pollfd(p.raw_fd(), sys::Interest::Read));
+            }
             for s in &self.slots {
                 if let Some(c) = &s.conn {
                     self.pollfds
-                        .push(sys::pollfd(c.stream.raw_fd(), sys::Interest::Read));
+                        .push(sys::pollfd(c.link.read_fd(), sys::Interest::Read));
                 }
             }
             let timeout = match deadline {
@@ -804,7 +869,7 @@ impl Endpoint {
         }
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
-                c.stream.disarm();
+                c.link.disarm();
             }
         }
         Ok(())
@@ -815,6 +880,8 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         // Unanswered puts are not flushed: a peer that does not read would
         // hold the close up, and closing the connections tells it anyway.
+        // Connections go before the UCX worker they were made on.
+        self.slots.clear();
         self.node.unregister(self.id);
     }
 }
@@ -826,27 +893,23 @@ fn lost(peer: Addr) -> Error {
     }
 }
 
-/// Waits until a full stream may take `need` more bytes.
-fn wait_writable(conn: &mut Conn, completion: Completion, need: usize, spins: &mut u32) {
+/// Waits until a connection may take `need` more bytes.
+fn wait_writable(conn: &mut dyn Connection, completion: Completion, need: usize, spins: &mut u32) {
     match completion {
         Completion::Poll => {
             std::hint::spin_loop();
             *spins += 1;
             if *spins >= SPINS_PER_CHECK {
                 *spins = 0;
-                conn.stream.check_alive();
+                conn.check_alive();
             }
         }
         Completion::Wait => {
-            let need = need.min(64 * 1024);
-            if conn.stream.arm_write(need) {
-                let interest = match conn.stream {
-                    Stream::Tcp(_) => sys::Interest::Write,
-                    Stream::Shm(_) => sys::Interest::Read,
-                };
-                let _ = sys::wait_fd(conn.stream.raw_fd(), interest, NAP);
+            if conn.arm_write(need) {
+                let (fd, interest) = conn.write_wait();
+                let _ = sys::wait_fd(fd, interest, NAP);
             }
-            conn.stream.disarm();
+            conn.disarm();
         }
     }
 }

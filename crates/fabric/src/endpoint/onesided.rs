@@ -1,15 +1,29 @@
 //! The put mode of an endpoint: registered regions and one-sided writes
-//! into a target's region (RDMA write), with `put_from` filling the target's
-//! region in place where the transport maps it.
+//! into a target's region (RDMA write). Over a transport with one-sided
+//! puts (shared memory, UCX) the initiator asks the target once for the
+//! region and then writes into it without the target's help; elsewhere
+//! (tcp) a put is a frame the target places.
+//!
+//! A region's memory is written by peers at any time, so the application
+//! never holds a reference into it: it copies in and out
+//! ([`read_region`](Endpoint::read_region),
+//! [`write_region`](Endpoint::write_region)) and reads a range once the
+//! put that wrote it was notified.
 
-use macrolink_wire::{Flags, FrameKind, Header, Refusal, MAX_FRAME};
+use macrolink_wire::{Flags, FrameKind, Header, Refusal};
+use std::ptr::NonNull;
 
-use super::put::{PutStatus, RemoteRegion};
 use super::{Deadline, Endpoint, Route};
 use crate::error::{Error, Result};
 use crate::iobuf::IoBuf;
-use crate::transport::Stream;
+use crate::puts::PutStatus;
 use crate::types::{Addr, Mode, PutHandle, RegionKey, Target};
+
+/// Where a one-sided put's bytes come from.
+enum Source<'a, F> {
+    Data(&'a [u8]),
+    Fill(&'a mut IoBuf, F),
+}
 
 impl Endpoint {
     /// Registers a region of `len` zeroed bytes that peers may put into.
@@ -17,23 +31,70 @@ impl Endpoint {
         Ok(self.core.regions.register(len)?)
     }
 
-    /// Removes a region; later puts naming it are refused.
+    /// Removes a region; later puts naming it are refused. UCX peers that
+    /// hold its key are told; until each has taken it back, its memory
+    /// stays mapped (and no longer the application's).
     pub fn deregister(&mut self, key: RegionKey) -> Result<()> {
-        if self.core.regions.deregister(key) {
-            Ok(())
-        } else {
-            Err(Error::NoSuchRegion)
+        let holders = self
+            .core
+            .regions
+            .deregister(key)
+            .ok_or(Error::NoSuchRegion)?;
+        for (slot, gen) in holders {
+            let conn = self.slots.get_mut(slot as usize).filter(|s| s.gen == gen);
+            if let Some(c) = conn.and_then(|s| s.conn.as_mut()) {
+                let mut h = Header::new(FrameKind::Revoke);
+                h.key = key.0;
+                c.link.control().out.push_back((h, Vec::new()));
+            }
         }
+        self.flush_ctrl();
+        Ok(())
     }
 
-    /// The bytes of a registered region.
-    pub fn region(&self, key: RegionKey) -> Option<&[u8]> {
-        self.core.regions.get(key)
+    /// The length of a registered region.
+    pub fn region_len(&self, key: RegionKey) -> Option<usize> {
+        self.core.regions.len(key)
     }
 
-    /// The bytes of a registered region, to fill before peers read them.
-    pub fn region_mut(&mut self, key: RegionKey) -> Option<&mut [u8]> {
-        self.core.regions.get_mut(key)
+    /// Copies `dst.len()` bytes at `offset` of a registered region out. A
+    /// range a put is writing meanwhile may come out as a mix of old and
+    /// new bytes: read it once the put was notified.
+    pub fn read_region(&self, key: RegionKey, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let len = self.region_len(key).ok_or(Error::NoSuchRegion)?;
+        self.core
+            .regions
+            .read(key, offset, dst)
+            .ok_or(Error::OutsideRegion {
+                offset,
+                len: dst.len(),
+                region: len,
+            })
+    }
+
+    /// Copies `src` into a registered region at `offset`, before peers read
+    /// it (with puts of their own, or as an application protocol says).
+    pub fn write_region(&mut self, key: RegionKey, offset: usize, src: &[u8]) -> Result<()> {
+        let len = self.region_len(key).ok_or(Error::NoSuchRegion)?;
+        self.core
+            .regions
+            .write(key, offset, src)
+            .ok_or(Error::OutsideRegion {
+                offset,
+                len: src.len(),
+                region: len,
+            })
+    }
+
+    /// The first byte and length of a registered region, for code that
+    /// reads and writes it through the pointer (the C interface). Peers
+    /// write into it at any time: dereferencing the pointer is `unsafe`,
+    /// and sound only for ranges no put is writing (as with RDMA, the
+    /// application learns that from notifications). Valid until the
+    /// region is deregistered or the endpoint closed.
+    pub fn region_ptr(&self, key: RegionKey) -> Option<(NonNull<u8>, usize)> {
+        let (p, len) = self.core.regions.raw(key)?;
+        Some((NonNull::new(p)?, len))
     }
 
     /// Posts a one-sided write of `data` at `offset` of the target's region
@@ -47,16 +108,13 @@ impl Endpoint {
         key: RegionKey,
         notify: bool,
     ) -> Result<PutHandle> {
-        let (peer, slot, gen, shm) = self.put_route(t)?;
+        let (peer, slot, gen, one_sided) = self.put_route(t)?;
         if offset.checked_add(data.len() as u64).is_none() {
             return Err(Error::PutRefused(Refusal::OutOfBounds));
         }
-        if shm {
-            let fill = |dst: &mut [u8]| {
-                dst.copy_from_slice(data);
-                Ok(())
-            };
-            return self.put_direct(peer, slot, gen, data.len(), offset, key, notify, fill);
+        if one_sided {
+            let src = Source::<fn(&mut [u8]) -> std::io::Result<()>>::Data(data);
+            return self.put_one_sided(peer, slot, gen, data.len(), offset, key, notify, src);
         }
         while self.core.puts.next_busy() {
             self.progress()?;
@@ -77,24 +135,15 @@ impl Endpoint {
         h.dst_ep = peer.ep;
         h.seq = seq;
         h.key = key.0;
+        h.offset = offset;
         h.total = data.len() as u64;
-        let mut off = 0;
-        loop {
-            let n = (data.len() - off).min(MAX_FRAME as usize);
-            h.offset = offset + off as u64;
-            h.len = n as u32;
-            self.send_frame(peer, slot, gen, &h, &data[off..off + n])?;
-            off += n;
-            if off == data.len() {
-                break;
-            }
-        }
+        self.send_frame(peer, slot, gen, &h, data)?;
         self.core.stats.bytes_out += data.len() as u64;
         Ok(PutHandle(seq))
     }
 
-    /// The connection a put target's traffic takes, and whether it is
-    /// shared memory (where puts go straight into the mapped region).
+    /// The connection a put target's traffic takes, and whether its
+    /// transport puts one-sided.
     fn put_route(&mut self, t: Target) -> Result<(Addr, u32, u32, bool)> {
         let e = self.entry(t)?;
         if e.mode != Mode::Put {
@@ -103,12 +152,12 @@ impl Endpoint {
         let Route::Conn { slot, gen } = e.route else {
             return Err(Error::BadTarget);
         };
-        let shm = matches!(self.conn_mut(e.peer, slot, gen)?.stream, Stream::Shm(_));
-        Ok((e.peer, slot, gen, shm))
+        let one_sided = self.conn_mut(e.peer, slot, gen)?.link.caps().one_sided_put;
+        Ok((e.peer, slot, gen, one_sided))
     }
 
-    /// Posts a put of `len` bytes that `fill` writes: over shared memory
-    /// straight into the target's mapped region (reading a file into it
+    /// Posts a put of `len` bytes that `fill` writes: where the transport
+    /// maps the target's region, straight into it (reading a file into it
     /// costs one copy in all), elsewhere through `scratch` (page-aligned, so
     /// that a file read into it runs at full speed). `fill` must write the
     /// whole slice it is given; an error from it posts nothing.
@@ -123,19 +172,20 @@ impl Endpoint {
         scratch: &mut IoBuf,
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
     ) -> Result<PutHandle> {
-        let (peer, slot, gen, shm) = self.put_route(t)?;
-        if shm {
-            return self.put_direct(peer, slot, gen, len, offset, key, notify, fill);
+        let (peer, slot, gen, one_sided) = self.put_route(t)?;
+        if one_sided {
+            let src = Source::Fill(scratch, fill);
+            return self.put_one_sided(peer, slot, gen, len, offset, key, notify, src);
         }
         scratch.ensure(len)?;
         fill(&mut scratch[..len])?;
         self.put(t, &scratch[..len], offset, key, notify)
     }
 
-    /// Shared memory: writes straight into the target's mapped region, one
-    /// copy, no work for the target; tells it afterwards when asked to.
+    /// Writes into the target's region without its help; tells it
+    /// afterwards, once the bytes are placed, when asked to.
     #[allow(clippy::too_many_arguments)]
-    fn put_direct(
+    fn put_one_sided<F>(
         &mut self,
         peer: Addr,
         slot: u32,
@@ -144,25 +194,46 @@ impl Endpoint {
         offset: u64,
         key: RegionKey,
         notify: bool,
-        fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
-    ) -> Result<PutHandle> {
+        src: Source<'_, F>,
+    ) -> Result<PutHandle>
+    where
+        F: FnOnce(&mut [u8]) -> std::io::Result<()>,
+    {
         let i = self.remote_region(peer, slot, gen, key)?;
-        let conn = self.conn_mut(peer, slot, gen)?;
-        if conn.remote[i].revoked() {
+        let os = self.one_sided(peer, slot, gen)?;
+        if os.revoked(i) {
             // Deregistered: refused, as the target itself would; the next
             // put naming the key asks it again.
-            conn.remote.swap_remove(i);
+            os.forget(i);
             self.core.stats.puts_refused += 1;
             return Err(Error::PutRefused(Refusal::BadKey));
         }
-        let region = &conn.remote[i];
         match offset.checked_add(len as u64) {
-            Some(end) if end <= region.len as u64 => region.fill(offset as usize, len, fill)?,
+            Some(end) if end <= os.len(i) as u64 => {}
             _ => return Err(Error::PutRefused(Refusal::OutOfBounds)),
         }
+        match src {
+            Source::Data(d) => os.write(i, offset as usize, d)?,
+            Source::Fill(scratch, f) => {
+                let mut f = Some(f);
+                let mut once = |dst: &mut [u8]| match f.take() {
+                    Some(f) => f(dst),
+                    None => Ok(()),
+                };
+                os.fill(i, offset as usize, len, scratch, &mut once)?
+            }
+        }
+        let placed = os.flush()?;
+        while let Some(old) = self.core.puts.oldest_busy() {
+            self.wait_put(PutHandle(old))?;
+        }
         let seq = self.core.puts.post(slot, gen);
-        self.core.puts.complete(seq, PutStatus::Done);
+        if placed {
+            self.core.puts.complete(seq, PutStatus::Done);
+        }
         if notify {
+            // The notice must not overtake the bytes it announces.
+            self.wait_put(PutHandle(seq))?;
             let mut h = Header::new(FrameKind::PutDone);
             h.flags = Flags::NOTIFY;
             h.src_node = self.node.id;
@@ -178,14 +249,26 @@ impl Endpoint {
         Ok(PutHandle(seq))
     }
 
-    /// Index of the target's region `key` among the connection's mapped
+    /// The one-sided side of a connection.
+    fn one_sided(
+        &mut self,
+        peer: Addr,
+        slot: u32,
+        gen: u32,
+    ) -> Result<&mut dyn crate::transport::OneSided> {
+        self.conn_mut(peer, slot, gen)?
+            .link
+            .one_sided()
+            .ok_or(Error::WrongMode(Mode::Put))
+    }
+
+    /// Index of the target's region `key` among the connection's reached
     /// regions, asking the target for it the first time.
     fn remote_region(&mut self, peer: Addr, slot: u32, gen: u32, key: RegionKey) -> Result<usize> {
-        let conn = self.conn_mut(peer, slot, gen)?;
-        if let Some(i) = conn.remote.iter().position(|r| r.key == key.0) {
+        if let Some(i) = self.one_sided(peer, slot, gen)?.find(key.0) {
             return Ok(i);
         }
-        conn.region_reply = None;
+        self.conn_mut(peer, slot, gen)?.link.control().region_reply = None;
         let mut q = Header::new(FrameKind::RegionQuery);
         q.src_node = self.node.id;
         q.src_ep = self.id;
@@ -193,15 +276,14 @@ impl Endpoint {
         q.key = key.0;
         self.send_frame(peer, slot, gen, &q, &[])?;
         loop {
-            if let Some(reply) = self.conn_mut(peer, slot, gen)?.region_reply.take() {
-                let (k, len, fd) = reply.map_err(Error::PutRefused)?;
-                if k != key.0 {
-                    continue;
+            let conn = self.conn_mut(peer, slot, gen)?;
+            if let Some(reply) = conn.link.control().region_reply.take() {
+                let answer = reply.map_err(Error::PutRefused)?;
+                let i = self.one_sided(peer, slot, gen)?.adopt(answer)?;
+                if self.one_sided(peer, slot, gen)?.find(key.0) == Some(i) {
+                    return Ok(i);
                 }
-                let region = RemoteRegion::map(k, len, fd)?;
-                let conn = self.conn_mut(peer, slot, gen)?;
-                conn.remote.push(region);
-                return Ok(conn.remote.len() - 1);
+                continue;
             }
             if !self.progress()? {
                 self.idle(Deadline::Never)?;
@@ -221,7 +303,29 @@ impl Endpoint {
                         reason: "connection lost before the put was answered".into(),
                     })
                 }
-                PutStatus::Pending { .. } => {
+                PutStatus::Pending { slot, gen } => {
+                    // A one-sided put is placed once its connection's
+                    // puts are flushed to the target's memory.
+                    let flushed = self
+                        .slots
+                        .get_mut(slot as usize)
+                        .filter(|s| s.gen == gen)
+                        .and_then(|s| s.conn.as_mut())
+                        .and_then(|c| c.link.one_sided())
+                        .map(|os| os.flush())
+                        .transpose();
+                    match flushed {
+                        Ok(Some(true)) => {
+                            self.core.puts.flushed(slot, gen, u64::MAX);
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            let reason = e.to_string();
+                            self.lose(slot as usize, reason);
+                            continue;
+                        }
+                    }
                     if !self.progress()? {
                         self.idle(Deadline::Never)?;
                     }

@@ -38,13 +38,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::framed::Framed;
+use super::memfd;
+use super::shm::{ShmStream, Side};
+use super::tcp::Tcp;
+use super::ucx;
+use super::Connection;
 use crate::error::{Error, Result};
 use crate::gate::{Gate, Source, Timed};
 use crate::key::{self, Key};
-use crate::sys::{self, EventFd};
-use crate::transport::memfd;
-use crate::transport::shm::{ShmStream, Side};
-use crate::transport::Stream;
+use crate::transport::sys::{self, EventFd};
 use crate::types::{Addr, Transport};
 
 /// How long a handshake, from either side, may take.
@@ -54,11 +57,43 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// this long is taken for dead, by both ends.
 pub const RAIL_USER_TIMEOUT_MS: u32 = 2000;
 
+/// The transport half of a connection, dialled or accepted, before its
+/// endpoint takes it.
+#[derive(Debug)]
+pub(crate) enum Dialled {
+    Tcp(TcpStream),
+    Shm(ShmStream),
+    Ucx(ucx::Contact),
+}
+
+impl Dialled {
+    /// The connection to `peer` at `id` (slot, generation) of its
+    /// endpoint, whose UCX worker is `ucx`.
+    pub(crate) fn connect(
+        self,
+        peer: Addr,
+        id: (u32, u32),
+        ucx: Option<&mut ucx::Port>,
+    ) -> Result<Box<dyn Connection>> {
+        Ok(match self {
+            Dialled::Tcp(s) => Box::new(Framed::new(peer, id, Tcp(s))),
+            Dialled::Shm(s) => Box::new(Framed::new(peer, id, s)),
+            Dialled::Ucx(c) => {
+                let port = ucx.ok_or(Error::Unreachable {
+                    node: peer.node,
+                    transport: Transport::Ucx,
+                })?;
+                Box::new(port.connect(c, peer, id)?)
+            }
+        })
+    }
+}
+
 /// A connection the node accepted for one of its endpoints.
 #[derive(Debug)]
 pub(crate) struct Incoming {
     pub(crate) peer: Addr,
-    pub(crate) stream: Stream,
+    pub(crate) link: Dialled,
 }
 
 /// Where the node's acceptors leave new connections of one endpoint.
@@ -68,6 +103,8 @@ pub(crate) struct Inbox {
     flag: AtomicBool,
     pub(crate) wake: EventFd,
     pub(crate) udp_port: u16,
+    /// The endpoint's UCX worker, as its acceptors need it.
+    pub(crate) ucx: Option<Arc<ucx::Shared>>,
     /// The one peer node (and the session token) the endpoint hears, if
     /// bound.
     session: Mutex<Option<(u32, u64)>>,
@@ -76,12 +113,13 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    pub(crate) fn new(udp_port: u16) -> io::Result<Inbox> {
+    pub(crate) fn new(udp_port: u16, ucx: Option<Arc<ucx::Shared>>) -> io::Result<Inbox> {
         Ok(Inbox {
             pending: Mutex::new(Vec::new()),
             flag: AtomicBool::new(false),
             wake: EventFd::new()?,
             udp_port,
+            ucx,
             session: Mutex::new(None),
             strangers: AtomicU64::new(0),
         })
@@ -111,7 +149,7 @@ impl Inbox {
         ok
     }
 
-    fn push(&self, inc: Incoming) {
+    pub(crate) fn push(&self, inc: Incoming) {
         lock(&self.pending).push(inc);
         self.flag.store(true, Ordering::Release);
         self.wake.notify();
@@ -145,6 +183,8 @@ pub(crate) struct NodeShared {
     /// InfiniBand's Q_Key: derived from the fabric key.
     pub(crate) datagram_token: u64,
     pub(crate) gate: Gate,
+    /// The node's UCX context, when it has UCX.
+    pub(crate) ucx: Option<Arc<ucx::Context>>,
     stopping: AtomicBool,
 }
 
@@ -161,6 +201,7 @@ impl NodeShared {
         peers: BTreeMap<u32, SocketAddr>,
         key: Key,
         gate: Gate,
+        ucx: Option<Arc<ucx::Context>>,
     ) -> NodeShared {
         NodeShared {
             id,
@@ -174,6 +215,7 @@ impl NodeShared {
             datagram_token: key.datagram_token(),
             key,
             gate,
+            ucx,
             stopping: AtomicBool::new(false),
         }
     }
@@ -223,15 +265,16 @@ impl NodeShared {
         lock(&self.peers).get(&node).copied()
     }
 
-    /// Opens a connection from endpoint `from` to `to`; the hello carries
-    /// `session` (0: none).
+    /// Opens a connection from endpoint `from` (whose UCX worker, if it
+    /// has one, is `ucx`) to `to`; the hello carries `session` (0: none).
     pub(crate) fn connect(
         &self,
         from: Addr,
         to: Addr,
         transport: Transport,
         session: u64,
-    ) -> Result<Stream> {
+        ucx: Option<Arc<ucx::Shared>>,
+    ) -> Result<Dialled> {
         let unreachable = Error::Unreachable {
             node: to.node,
             transport,
@@ -260,18 +303,65 @@ impl NodeShared {
                 let (segment, map) = ShmStream::create(self.ring)?;
                 hello.total = self.ring as u64;
                 self.hello(&mut s, hello, Some(&segment), to)?;
-                Ok(Stream::Shm(Box::new(ShmStream::new(
+                Ok(Dialled::Shm(ShmStream::new(
                     map,
                     self.ring,
                     Side::Initiator,
                     s,
-                )?)))
+                )?))
             }
             Transport::Udp => Err(Error::Unsupported {
                 transport,
                 mode: crate::types::Mode::Reliable,
             }),
+            Transport::Ucx => {
+                let addr = self.tcp_peer(to.node).ok_or(unreachable)?;
+                let side = ucx.ok_or(Error::NoUcx)?;
+                hello.flags = Flags::UCX;
+                self.connect_ucx(addr, hello, to, side)
+            }
         }
+    }
+
+    /// Dials `to`'s node at `addr` with `hello`, then trades UCX cards with
+    /// it under the handshake's deadline.
+    fn connect_ucx(
+        &self,
+        addr: SocketAddr,
+        hello: Header,
+        to: Addr,
+        side: Arc<ucx::Shared>,
+    ) -> Result<Dialled> {
+        let until = Instant::now() + HANDSHAKE_TIMEOUT;
+        let (index, token) = side.allocate()?.ok_or(Error::Refused {
+            peer: to,
+            why: Refusal::Busy,
+        })?;
+        let traded = (|| -> Result<Dialled> {
+            let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
+            s.set_nodelay(true)?;
+            self.hello(&mut s, hello, None, to)?;
+            let mut t = Timed {
+                stream: &mut s,
+                until,
+            };
+            t.write_all(&side.card(index, token).encode())?;
+            let peer = read_card(&mut t).map_err(|source| Error::Protocol {
+                peer: to.to_string(),
+                source,
+            })?;
+            Ok(Dialled::Ucx(ucx::Contact::new(
+                s,
+                index,
+                token,
+                peer,
+                side.clone(),
+            )))
+        })();
+        if traded.is_err() {
+            side.free(index);
+        }
+        traded
     }
 
     /// Opens a TCP connection from endpoint `from` to `to` at `addr`,
@@ -285,7 +375,7 @@ impl NodeShared {
         dial: Duration,
         rail: Option<u32>,
         session: u64,
-    ) -> Result<Stream> {
+    ) -> Result<Dialled> {
         let mut hello = Header::new(FrameKind::Hello);
         hello.src_node = from.node;
         hello.src_ep = from.ep;
@@ -299,7 +389,7 @@ impl NodeShared {
         s.set_nodelay(true)?;
         self.hello(&mut s, hello, None, to)?;
         s.set_nonblocking(true)?;
-        Ok(Stream::Tcp(s))
+        Ok(Dialled::Tcp(s))
     }
 
     /// Asks the node of `to` for the UDP address of endpoint `to.ep`.
@@ -468,7 +558,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                     sys::fail_fast(sock.as_raw_fd(), RAIL_USER_TIMEOUT_MS)?;
                 }
                 sock.set_nonblocking(true)?;
-                Ok(Stream::Tcp(sock))
+                Ok(Dialled::Tcp(sock))
             })?
         }
         Accepted::Unix(mut s) => {
@@ -482,7 +572,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 })?;
                 let map = ShmStream::open(fd, h.total as usize)?;
                 let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock)?;
-                Ok(Stream::Shm(Box::new(stream)))
+                Ok(Dialled::Shm(stream))
             })?
         }
     };
@@ -500,44 +590,31 @@ fn greet<S>(
     s: &mut S,
     until: Instant,
     unix: bool,
-    make: impl FnOnce(&Header, Option<OwnedFd>) -> io::Result<Stream>,
+    make: impl FnOnce(&Header, Option<OwnedFd>) -> io::Result<Dialled>,
 ) -> io::Result<Outcome>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
-    let challenge = Challenge {
-        nonce: key::nonce()?,
-    };
     let mut t = Timed { stream: s, until };
-    t.write_all(&challenge.encode())?;
-    let (msg, fd) = read_hello(&mut t, unix)?;
-    let heard = match check(&shared.key, &challenge.nonce, &msg) {
+    let (heard, inbox, fd) = match hear_hello(shared, &mut t, unix)? {
         Ok(h) => h,
-        Err(why) => return refuse(&mut t, why),
+        Err(outcome) => return Ok(outcome),
     };
     let h = heard.hello;
-    let Some(inbox) = shared.inbox(h.dst_ep) else {
-        return refuse(&mut t, Refusal::NoSuchEndpoint);
-    };
     let peer = Addr::new(h.src_node, h.src_ep);
-    if h.flags.contains(Flags::CONTACT) {
-        // For a relay: a node has no file service contact to give.
-        return refuse(&mut t, Refusal::Malformed);
-    }
-    let resolve = h.flags.contains(Flags::RESOLVE_UDP);
-    if !resolve && !inbox.admits(peer, Some(h.key)) {
-        tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);
-        return refuse(&mut t, Refusal::OtherSession);
-    }
-    let answer = |t: &mut Timed<'_, S>, port: u64| -> io::Result<()> {
-        let mut a = Header::new(FrameKind::HelloOk);
-        a.offset = port;
-        t.write_all(heard.answer(&shared.key, &a).as_slice())
+    let answer = |t: &mut Timed<'_, S>| -> io::Result<()> {
+        t.write_all(
+            heard
+                .answer(&shared.key, &Header::new(FrameKind::HelloOk))
+                .as_slice(),
+        )
     };
-    if resolve {
-        answer(&mut t, u64::from(inbox.udp_port))?;
-        return Ok(Outcome::Done);
-    }
+    let ucx = h.flags.contains(Flags::UCX);
+    let side = match (ucx, &inbox.ucx) {
+        (false, _) => None,
+        (true, Some(side)) if !unix => Some(side.clone()),
+        (true, _) => return refuse(&mut t, Refusal::Unsupported),
+    };
     let stream = match make(&h, fd) {
         Ok(s) => s,
         Err(e) => {
@@ -545,8 +622,87 @@ where
             return refuse(&mut t, Refusal::Malformed);
         }
     };
-    answer(&mut t, 0)?;
-    Ok(Outcome::Adopt(inbox, Incoming { peer, stream }))
+    let (Some(side), Dialled::Tcp(sock)) = (side, &stream) else {
+        answer(&mut t)?;
+        return Ok(Outcome::Adopt(inbox, Incoming { peer, link: stream }));
+    };
+    // UCX: the cards follow the answer; the connection is the endpoint's
+    // before this side's card goes, so that the peer's first message finds
+    // it.
+    let Some((index, token)) = side.allocate()? else {
+        return refuse(&mut t, Refusal::Busy);
+    };
+    let traded = (|| -> io::Result<()> {
+        answer(&mut t)?;
+        let card = read_card(&mut t).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let contact = ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone());
+        inbox.push(Incoming {
+            peer,
+            link: Dialled::Ucx(contact),
+        });
+        t.write_all(&side.card(index, token).encode())
+    })();
+    traded.map(|()| Outcome::Done)
+}
+
+/// Reads a peer's UCX card, all of it within the handshake's deadline.
+fn read_card<S: Read + AsRawFd>(
+    t: &mut Timed<'_, S>,
+) -> std::result::Result<macrolink_wire::ucx::Card, macrolink_wire::WireError> {
+    use macrolink_wire::ucx::Card;
+    let bad = |e: macrolink_wire::ucx::CardError| macrolink_wire::WireError::Card(e);
+    let mut prefix = [0u8; 4];
+    t.read_exact(&mut prefix)
+        .map_err(|_| bad(macrolink_wire::ucx::CardError::Truncated { have: 0, need: 4 }))?;
+    let n = Card::len_from_prefix(prefix).map_err(bad)?;
+    let mut b = vec![0u8; n];
+    b[..4].copy_from_slice(&prefix);
+    t.read_exact(&mut b[4..])
+        .map_err(|_| bad(macrolink_wire::ucx::CardError::Truncated { have: 4, need: n }))?;
+    Card::decode(&b).map_err(bad)
+}
+
+/// The acceptor's side of the handshake up to its answer: challenge, hello
+/// and proof, the checks. A resolve is answered here. `Err` holds what
+/// the handshake ended with when nothing is left to do.
+#[allow(clippy::type_complexity)]
+fn hear_hello<S>(
+    shared: &NodeShared,
+    t: &mut Timed<'_, S>,
+    unix: bool,
+) -> io::Result<std::result::Result<(Heard, Arc<Inbox>, Option<OwnedFd>), Outcome>>
+where
+    S: Read + Write + AsRawFd + AsFd,
+{
+    let challenge = Challenge {
+        nonce: key::nonce()?,
+    };
+    t.write_all(&challenge.encode())?;
+    let (msg, fd) = read_hello(t, unix)?;
+    let heard = match check(&shared.key, &challenge.nonce, &msg) {
+        Ok(h) => h,
+        Err(why) => return refuse(t, why).map(Err),
+    };
+    let h = heard.hello;
+    let Some(inbox) = shared.inbox(h.dst_ep) else {
+        return refuse(t, Refusal::NoSuchEndpoint).map(Err);
+    };
+    let peer = Addr::new(h.src_node, h.src_ep);
+    if h.flags.contains(Flags::CONTACT) {
+        // For a relay: a node has no file service contact to give.
+        return refuse(t, Refusal::Malformed).map(Err);
+    }
+    if h.flags.contains(Flags::RESOLVE_UDP) {
+        let mut a = Header::new(FrameKind::HelloOk);
+        a.offset = u64::from(inbox.udp_port);
+        t.write_all(heard.answer(&shared.key, &a).as_slice())?;
+        return Ok(Err(Outcome::Done));
+    }
+    if !inbox.admits(peer, Some(h.key)) {
+        tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);
+        return refuse(t, Refusal::OtherSession).map(Err);
+    }
+    Ok(Ok((heard, inbox, fd)))
 }
 
 /// A hello whose proof was checked, waiting for its answer.

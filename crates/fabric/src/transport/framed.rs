@@ -1,12 +1,18 @@
-//! Receive side of one connection: reads frames off its stream and places
-//! their payload where it belongs.
+//! Frames over a byte stream: a connection of a transport that carries
+//! bytes (shared-memory rings, a TCP socket) cuts them into frames, each a
+//! header and its payload, on the way out and on the way in.
 //!
-//! A message goes straight into the reader's buffer when a read is waiting
-//! with room for it and nothing is queued before it (one copy, out of the
-//! socket or ring). Otherwise it is staged in the token pool and copied out
-//! when read. A staged message that outgrows the pool moves into the
-//! reader's buffer as soon as one large enough is offered, so a bounded pool
-//! still carries messages of any size. Put payload goes straight into the
+//! Sending fragments a message or a put into frames of at most
+//! [`MAX_FRAME`] bytes and writes header and payload together, without a
+//! copy (vectored), as far as the stream takes them.
+//!
+//! Receiving places each frame's payload where it belongs. A message goes
+//! straight into the reader's buffer when a read is waiting with room for
+//! it and nothing is queued before it (one copy, out of the socket or
+//! ring). Otherwise it is staged in the token pool and copied out when
+//! read. A staged message that outgrows the pool moves into the reader's
+//! buffer as soon as one large enough is offered, so a bounded pool still
+//! carries messages of any size. Put payload goes straight into the
 //! registered region after the whole put has been checked.
 //!
 //! A message placed straight into the reader's buffer holds that buffer
@@ -15,91 +21,19 @@
 //! is moved into a buffer of the connection's own and the rest goes there
 //! as it comes, so one stalled peer never keeps an endpoint from the others.
 
-use macrolink_wire::{FrameKind, Header, Refusal};
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use macrolink_wire::{FrameKind, Header, Refusal, WireError, HEADER_LEN, MAX_FRAME};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, RawFd};
+use std::time::Instant;
 
-use super::put::{PutStatus, PutTable, Regions, RemoteRegion};
-use crate::framing::{FrameReader, RxError};
+use super::region::RemoteRegion;
+use super::sys::{self, Interest};
+use super::{ByteStream, Connection, Control, OneSided, RegionAnswer, SendState};
+use crate::iobuf::IoBuf;
 use crate::pool::{Chain, TokenPool};
-use crate::sys;
-use crate::transport::Stream;
-use crate::types::{Addr, Completion, Mode, RecvKind, RegionKey, Stats, Transport};
-
-/// Where a waiting message's bytes are.
-#[derive(Debug)]
-pub(crate) enum Body {
-    /// Tokens of the pool.
-    Staged(Chain),
-    /// A buffer of its own: the message stalled while placed in a reader's
-    /// buffer and was finished aside.
-    Held(Vec<u8>),
-}
-
-/// Something waiting for the application in arrival order.
-#[derive(Debug)]
-pub(crate) enum Ready {
-    Msg {
-        from: Addr,
-        mode: Mode,
-        transport: Transport,
-        len: usize,
-        body: Body,
-        via: Option<(u32, u32)>,
-    },
-    Placed {
-        from: Addr,
-        transport: Transport,
-        via: Option<(u32, u32)>,
-        key: RegionKey,
-        offset: u64,
-        len: usize,
-    },
-    Lost {
-        peer: Addr,
-        reason: String,
-    },
-}
-
-/// Endpoint state the receive path writes into.
-#[derive(Debug)]
-pub(crate) struct Core {
-    pub(crate) id: u32,
-    pub(crate) completion: Completion,
-    pub(crate) max_message: u64,
-    pub(crate) pool: TokenPool,
-    pub(crate) ready: VecDeque<Ready>,
-    pub(crate) ready_cap: usize,
-    pub(crate) regions: Regions,
-    pub(crate) puts: PutTable,
-    pub(crate) stats: Stats,
-    /// Probe on: record the stages of each message in `timings`.
-    pub(crate) probe: bool,
-    pub(crate) timings: crate::types::Timings,
-}
-
-impl Core {
-    /// Copies `data` into a new chain; `None` (nothing kept) when the pool or
-    /// the queue is full.
-    pub(crate) fn stage(&mut self, data: &[u8]) -> Option<Chain> {
-        if self.ready.len() >= self.ready_cap {
-            return None;
-        }
-        let mut chain = Chain::EMPTY;
-        let mut rest = data;
-        while !rest.is_empty() {
-            let Some(space) = self.pool.tail_space(&mut chain) else {
-                self.pool.release(chain);
-                return None;
-            };
-            let n = space.len().min(rest.len());
-            space[..n].copy_from_slice(&rest[..n]);
-            self.pool.commit(&chain, n);
-            rest = &rest[n..];
-        }
-        Some(chain)
-    }
-}
+use crate::puts::PutStatus;
+use crate::rx::{Body, Core, Ready, Step, HOLD, SPINS_PER_CHECK};
+use crate::types::{Addr, Completion, Mode, Recv, RecvKind, RegionKey, Transport};
 
 /// Where the message or put being received on a connection stands.
 #[derive(Debug)]
@@ -134,15 +68,13 @@ enum Asm {
     },
 }
 
-/// One connection of an endpoint.
+/// A connection over a byte stream.
 #[derive(Debug)]
-pub(crate) struct Conn {
-    pub(crate) peer: Addr,
+pub(crate) struct Framed<S> {
+    peer: Addr,
     /// This connection's place in its endpoint (slot, generation).
-    pub(crate) id: (u32, u32),
-    /// The remote address this side dialled, for a rail made by `target_at`.
-    pub(crate) rail: Option<std::net::SocketAddr>,
-    pub(crate) stream: Stream,
+    id: (u32, u32),
+    stream: S,
     rx: FrameReader,
     asm: Asm,
     /// Since when a direct message has waited for more bytes.
@@ -150,62 +82,26 @@ pub(crate) struct Conn {
     rx_seq: u64,
     /// The current frame passed its checks and is being read.
     frame_started: bool,
-    pub(crate) tx_seq: u64,
-    /// Control frames (put answers, region answers) waiting to be sent
-    /// between messages, with their payload.
-    pub(crate) ctrl_out: VecDeque<(Header, Vec<u8>)>,
-    /// Payload of a control frame being read.
-    /// The target's answer to our last region query: (key, length, file).
-    pub(crate) region_reply: Option<Result<(u64, usize, std::os::fd::OwnedFd), Refusal>>,
+    control: Control,
     /// Target regions mapped for one-sided puts (shared memory only).
-    pub(crate) remote: Vec<RemoteRegion>,
+    remote: Vec<RemoteRegion>,
 }
 
-/// What one pass over a connection did.
-#[derive(Debug)]
-pub(crate) enum Step {
-    Idle,
-    Moved,
-    Delivered(crate::types::Recv),
-    /// A message fills the pool and the waiting reader's buffer is smaller.
-    TooSmall(u64),
-    Lost(String),
-}
-
-/// Longest a sleeping wait lasts before looking around again.
-pub(crate) const NAP: Duration = Duration::from_millis(200);
-/// How long a message placed straight into a reader's buffer may wait for
-/// its next bytes before it is held aside (and the read looks at the other
-/// connections, and at its deadline). Far longer than the gap between the
-/// segments of a flowing message.
-pub(crate) const HOLD: Duration = Duration::from_millis(20);
-
-/// Idle polls between liveness checks of shared-memory peers.
-pub(crate) const SPINS_PER_CHECK: u32 = 1 << 12;
-
-impl Conn {
-    pub(crate) fn new(peer: Addr, stream: Stream) -> Conn {
-        Conn {
+impl<S: ByteStream> Framed<S> {
+    /// The connection to `peer` over `stream`, at `id` (slot, generation)
+    /// of its endpoint.
+    pub(crate) fn new(peer: Addr, id: (u32, u32), stream: S) -> Framed<S> {
+        Framed {
             peer,
-            id: (u32::MAX, 0),
-            rail: None,
+            id,
             stream,
             rx: FrameReader::new(),
             asm: Asm::Idle,
             stalled: None,
             rx_seq: 0,
             frame_started: false,
-            tx_seq: 0,
-            ctrl_out: VecDeque::with_capacity(16),
-            region_reply: None,
+            control: Control::default(),
             remote: Vec::new(),
-        }
-    }
-
-    /// Gives tokens of a half-staged message back (the connection is gone).
-    pub(crate) fn release(&mut self, pool: &mut TokenPool) {
-        if let Asm::Staged { chain, .. } = std::mem::replace(&mut self.asm, Asm::Idle) {
-            pool.release(chain);
         }
     }
 
@@ -216,7 +112,7 @@ impl Conn {
     }
 
     /// Reads what has arrived. `user` is the buffer of a waiting read, if any.
-    pub(crate) fn progress(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Step {
+    fn receive(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Step {
         let mut moved = false;
         loop {
             let h = match self.rx.header(&mut self.stream) {
@@ -231,7 +127,7 @@ impl Conn {
                         Some(step) => return step,
                     }
                 }
-                Ok(None) => return if moved { Step::Moved } else { Step::Idle },
+                Ok(None) => return Step::or_moved(moved),
                 Err(RxError::Io(e)) => return Step::Lost(e.to_string()),
                 Err(RxError::Wire(e)) => {
                     return self.violation(core, &format!("malformed frame: {e}"));
@@ -263,7 +159,7 @@ impl Conn {
                     // The memory goes over the socket first; the answer that
                     // names it follows in the ring.
                     match core.regions.backing(h.key) {
-                        Some((len, file)) => match self.stream.send_fd(file) {
+                        Some((len, file)) => match self.stream.send_fd(file.as_fd()) {
                             Ok(()) => answer.total = len as u64,
                             Err(e) => {
                                 tracing::warn!(peer = %self.peer, "cannot send a region: {e}");
@@ -275,7 +171,7 @@ impl Conn {
                             answer.offset = Refusal::BadKey.code();
                         }
                     }
-                    self.ctrl_out.push_back((answer, Vec::new()));
+                    self.control.out.push_back((answer, Vec::new()));
                     Step::Moved
                 }
                 FrameKind::RegionInfo => self.region_info(core, h),
@@ -305,10 +201,13 @@ impl Conn {
                 FrameKind::Hello | FrameKind::HelloOk | FrameKind::HelloRefused => {
                     return self.violation(core, "handshake frame on an open connection")
                 }
+                FrameKind::Revoke | FrameKind::Revoked | FrameKind::Credit => {
+                    return self.violation(core, "UCX control frame on a byte stream")
+                }
             };
             match step {
                 Step::Moved => moved = true,
-                Step::Idle => return if moved { Step::Moved } else { Step::Idle },
+                Step::Idle => return Step::or_moved(moved),
                 done => return done,
             }
         }
@@ -333,7 +232,7 @@ impl Conn {
                         return self.violation(core, "reliable message out of order");
                     }
                     if core.probe {
-                        core.timings.read_header = crate::sys::clock_ns();
+                        core.timings.read_header = crate::clock_ns();
                     }
                     let fits = user.as_ref().is_some_and(|b| b.len() as u64 >= h.total);
                     self.asm = if fits && core.ready.is_empty() {
@@ -397,7 +296,7 @@ impl Conn {
                     let at = *got as usize;
                     let left = self.rx.left();
                     match self.rx.payload(&mut self.stream, &mut buf[at..at + left]) {
-                        Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                        Ok(0) => return Step::or_moved(moved),
                         Ok(n) => n,
                         Err(e) => return Step::Lost(e.to_string()),
                     }
@@ -409,7 +308,7 @@ impl Conn {
                     mode,
                 } => match core.pool.tail_space(chain) {
                     Some(space) => match self.rx.payload(&mut self.stream, space) {
-                        Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                        Ok(0) => return Step::or_moved(moved),
                         Ok(n) => {
                             core.pool.commit(chain, n);
                             n
@@ -420,14 +319,14 @@ impl Conn {
                         // Pool exhausted: move into the reader's buffer if one
                         // large enough waits, else hold back.
                         if !core.ready.is_empty() {
-                            return if moved { Step::Moved } else { Step::Idle };
+                            return Step::or_moved(moved);
                         }
                         let fits = user.as_ref().is_some_and(|b| b.len() as u64 >= *total);
                         let Some(buf) = user.as_deref_mut().filter(|_| fits) else {
                             if user.is_some() && !moved {
                                 return Step::TooSmall(*total);
                             }
-                            return if moved { Step::Moved } else { Step::Idle };
+                            return Step::or_moved(moved);
                         };
                         core.pool.drain_into(*chain, buf);
                         self.asm = Asm::Direct {
@@ -455,7 +354,7 @@ impl Conn {
             Asm::Direct { mode, total, got } if got == total => {
                 core.stats.messages_in += 1;
                 core.stats.bytes_in += total;
-                Step::Delivered(crate::types::Recv {
+                Step::Delivered(Recv {
                     from: self.peer,
                     len: total as usize,
                     kind: RecvKind::Message(mode),
@@ -501,11 +400,15 @@ impl Conn {
         }
         self.rx.finish();
         self.frame_started = false;
-        self.region_reply = Some(if h.offset != 0 {
+        self.control.region_reply = Some(if h.offset != 0 {
             Err(Refusal::from_code(h.offset))
         } else {
             match self.stream.take_fd() {
-                Some(fd) => Ok((h.key, h.total as usize, fd)),
+                Some(fd) => Ok(RegionAnswer::Mapped {
+                    key: h.key,
+                    len: h.total as usize,
+                    fd,
+                }),
                 None => return self.violation(core, "region answer without its memory"),
             }
         });
@@ -620,7 +523,7 @@ impl Conn {
                 Err(_) => self.rx.discard(&mut self.stream),
             };
             match r {
-                Ok(0) => return if moved { Step::Moved } else { Step::Idle },
+                Ok(0) => return Step::or_moved(moved),
                 Ok(_) => moved = true,
                 Err(e) => return Step::Lost(e.to_string()),
             }
@@ -666,8 +569,223 @@ impl Conn {
                 tracing::debug!(peer = %self.peer, "put refused: {r}");
             }
         }
-        self.ctrl_out.push_back((answer, Vec::new()));
+        self.control.out.push_back((answer, Vec::new()));
         self.asm = Asm::Idle;
         Step::Moved
+    }
+}
+
+impl<S: ByteStream> Connection for Framed<S> {
+    fn transport(&self) -> Transport {
+        self.stream.transport()
+    }
+
+    fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
+        loop {
+            let n = (payload.len() - st.done).min(MAX_FRAME as usize);
+            let mut f = *h;
+            // A put's fragments name where in the region they go; a
+            // message's, where in the message. Other frames are one piece
+            // whose `offset` says what their kind makes it say.
+            match h.kind {
+                FrameKind::Put => f.offset = h.offset + st.done as u64,
+                FrameKind::Data => f.offset = st.done as u64,
+                _ => {}
+            }
+            f.len = n as u32;
+            let hdr = f.encode();
+            let body = &payload[st.done..st.done + n];
+            let bufs = [
+                IoSlice::new(&hdr[st.sent.min(HEADER_LEN)..]),
+                IoSlice::new(&body[st.sent.saturating_sub(HEADER_LEN)..]),
+            ];
+            let w = self.stream.try_write(&bufs)?;
+            if w == 0 {
+                return Ok(false);
+            }
+            st.sent += w;
+            if st.sent == HEADER_LEN + n {
+                st.done += n;
+                st.sent = 0;
+                if st.done == payload.len() {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+
+    fn progress(&mut self, core: &mut Core, user: Option<&mut [u8]>) -> Step {
+        self.receive(core, user)
+    }
+
+    fn release(&mut self, pool: &mut TokenPool) {
+        if let Asm::Staged { chain, .. } = std::mem::replace(&mut self.asm, Asm::Idle) {
+            pool.release(chain);
+        }
+    }
+
+    fn arm_read(&mut self) -> bool {
+        self.stream.arm_read()
+    }
+
+    fn arm_write(&mut self, need: usize) -> bool {
+        self.stream.arm_write(need)
+    }
+
+    fn disarm(&mut self) {
+        self.stream.disarm()
+    }
+
+    fn read_fd(&self) -> RawFd {
+        self.stream.raw_fd()
+    }
+
+    fn write_wait(&self) -> (RawFd, Interest) {
+        (self.stream.raw_fd(), self.stream.write_interest())
+    }
+
+    fn check_alive(&mut self) {
+        self.stream.check_alive()
+    }
+
+    fn control(&mut self) -> &mut Control {
+        &mut self.control
+    }
+
+    fn one_sided(&mut self) -> Option<&mut dyn OneSided> {
+        if self.caps().one_sided_put {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+/// Shared memory: the target's regions mapped into this process, written
+/// in place.
+impl<S: ByteStream> OneSided for Framed<S> {
+    fn find(&self, key: u64) -> Option<usize> {
+        self.remote.iter().position(|r| r.key == key)
+    }
+
+    fn adopt(&mut self, answer: RegionAnswer) -> io::Result<usize> {
+        let RegionAnswer::Mapped { key, len, fd } = answer else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a region answer of another transport",
+            ));
+        };
+        self.remote.push(RemoteRegion::map(key, len, fd)?);
+        Ok(self.remote.len() - 1)
+    }
+
+    fn len(&self, i: usize) -> usize {
+        self.remote[i].len
+    }
+
+    fn revoked(&self, i: usize) -> bool {
+        self.remote[i].revoked()
+    }
+
+    fn forget(&mut self, i: usize) {
+        self.remote.swap_remove(i);
+    }
+
+    fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> io::Result<()> {
+        self.remote[i].fill(offset, data.len(), |dst| {
+            dst.copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    fn fill(
+        &mut self,
+        i: usize,
+        offset: usize,
+        len: usize,
+        _scratch: &mut IoBuf,
+        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.remote[i].fill(offset, len, fill)
+    }
+}
+
+/// Why the next frame could not be read.
+#[derive(Debug)]
+enum RxError {
+    Io(io::Error),
+    Wire(WireError),
+}
+
+/// Receive state of one stream.
+#[derive(Debug)]
+struct FrameReader {
+    buf: [u8; HEADER_LEN],
+    have: usize,
+    cur: Option<Header>,
+    left: usize,
+}
+
+impl FrameReader {
+    fn new() -> Self {
+        FrameReader {
+            buf: [0; HEADER_LEN],
+            have: 0,
+            cur: None,
+            left: 0,
+        }
+    }
+
+    /// The header of the frame being read, reading it in if needed.
+    /// `Ok(None)`: not all of it has arrived yet.
+    fn header(&mut self, s: &mut impl ByteStream) -> Result<Option<Header>, RxError> {
+        if let Some(h) = self.cur {
+            return Ok(Some(h));
+        }
+        while self.have < HEADER_LEN {
+            let n = s
+                .try_read(&mut self.buf[self.have..])
+                .map_err(RxError::Io)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.have += n;
+        }
+        let h = Header::decode(&self.buf).map_err(RxError::Wire)?;
+        self.cur = Some(h);
+        self.left = h.len as usize;
+        Ok(Some(h))
+    }
+
+    /// Payload bytes of the current frame not yet read.
+    fn left(&self) -> usize {
+        self.left
+    }
+
+    /// Reads up to `dst.len()` (at most `left()`) payload bytes; 0 = none now.
+    fn payload(&mut self, s: &mut impl ByteStream, dst: &mut [u8]) -> io::Result<usize> {
+        let want = dst.len().min(self.left);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = s.try_read(&mut dst[..want])?;
+        self.left -= n;
+        Ok(n)
+    }
+
+    /// Reads and drops up to 4 KiB of the payload; returns the bytes dropped.
+    fn discard(&mut self, s: &mut impl ByteStream) -> io::Result<usize> {
+        let mut scratch = [0u8; 4096];
+        let want = self.left.min(scratch.len());
+        let n = s.try_read(&mut scratch[..want])?;
+        self.left -= n;
+        Ok(n)
+    }
+
+    /// Ends the current frame once its payload has been read.
+    fn finish(&mut self) {
+        debug_assert_eq!(self.left, 0);
+        self.cur = None;
+        self.have = 0;
     }
 }

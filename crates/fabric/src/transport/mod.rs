@@ -1,136 +1,261 @@
-//! Transports ("providers"): how bytes get from one endpoint to another.
+//! Transports ("providers"): how messages and puts get from one endpoint to
+//! another. Every `unsafe` block of the fabric is in here.
 //!
-//! Connected transports (`shm`, `tcp`) carry an ordered byte stream that the
-//! [`framing`](crate::framing) layer cuts into frames; `udp` carries one
-//! frame per datagram and is handled by the endpoint's datagram path.
+//! ```text
+//!              Endpoint (targets, modes, the send and read loops)
+//!                 │ Box<dyn Connection>: one per peer endpoint
+//!     ┌───────────┼──────────────────────┬───────────────────┐
+//!  Framed<ShmStream>   Framed<TcpStream>      ucx::Conn       udp::Udp (a socket
+//!  (frames over a byte stream: framed.rs)  (UCP tag messages,   per endpoint, no
+//!     │ one-sided: a mapped region        active messages,    connection)
+//!     │                                   puts into rkeys)
+//!  contact.rs: dialling, the hello handshake, acceptors
+//! ```
+//!
+//! A [`Connection`] carries frames (a message, a put, a control answer)
+//! and receives into the endpoint's [`Core`]; what it can do is its
+//! [`Caps`]. Transports whose puts need no work from the target reach the
+//! target's regions through [`OneSided`]. Byte-stream transports implement
+//! [`ByteStream`] and get framing from [`framed::Framed`].
 
+pub(crate) mod contact;
+pub(crate) mod framed;
 pub(crate) mod memfd;
+pub(crate) mod region;
 pub(crate) mod shm;
+pub(crate) mod sys;
+pub(crate) mod tcp;
+pub(crate) mod ucx;
+pub(crate) mod udp;
 
+use macrolink_wire::{Header, Refusal};
+use std::collections::VecDeque;
+use std::fmt;
 use std::io::{self, IoSlice};
-use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 
-use crate::sys;
+use crate::iobuf::IoBuf;
+use crate::pool::TokenPool;
+use crate::rx::{Core, Step};
 use crate::types::Transport;
-use shm::ShmStream;
+use sys::Interest;
 
 /// What a transport can do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Caps {
     /// Delivers every byte or reports the peer lost.
     pub reliable: bool,
     /// Delivers in the order sent.
     pub ordered: bool,
-    /// Carries reliable and put modes.
+    /// Carries reliable and put modes: a connection per pair of endpoints.
     pub connected: bool,
+    /// Largest message it carries (`None`: any size, up to what the
+    /// receiving endpoint accepts). Datagrams are one MTU on every
+    /// transport.
+    pub max_message: Option<usize>,
+    /// Places puts without the target's processor, once the initiator has
+    /// the region (shared memory; RDMA).
+    pub one_sided_put: bool,
+    /// A put is placed only while the target's endpoint makes progress.
+    pub put_needs_target: bool,
+    /// A reader waiting on a message whose sender stalls half-way sets it
+    /// aside after a short while and goes on with other peers (byte
+    /// streams); otherwise the read waits for that sender, as a posted
+    /// receive does.
+    pub sets_stalled_aside: bool,
+    /// A write may wait until the peer's endpoint makes progress (UCX: the
+    /// first message of a connection, a full socket, a large message sent
+    /// by rendezvous), as `MPI_Send` may; elsewhere the transport buffers
+    /// what the peer has not read yet, up to its ring or socket buffer.
+    pub sends_wait_for_peer: bool,
 }
 
 impl Transport {
     /// What this transport can do.
     pub fn caps(self) -> Caps {
+        let connected = Caps {
+            reliable: true,
+            ordered: true,
+            connected: true,
+            max_message: None,
+            one_sided_put: false,
+            put_needs_target: true,
+            sets_stalled_aside: true,
+            sends_wait_for_peer: false,
+        };
         match self {
-            Transport::Shm | Transport::Tcp => Caps {
-                reliable: true,
-                ordered: true,
-                connected: true,
+            Transport::Shm => Caps {
+                one_sided_put: true,
+                put_needs_target: false,
+                ..connected
             },
+            Transport::Tcp => connected,
             Transport::Udp => Caps {
                 reliable: false,
                 ordered: false,
                 connected: false,
+                max_message: Some(macrolink_wire::MAX_DATAGRAM as usize),
+                one_sided_put: false,
+                put_needs_target: true,
+                sets_stalled_aside: false,
+                sends_wait_for_peer: false,
+            },
+            // Over UCX's tcp transport the target's worker places puts;
+            // over shared memory and RDMA it does not.
+            Transport::Ucx => Caps {
+                one_sided_put: true,
+                sets_stalled_aside: false,
+                sends_wait_for_peer: true,
+                ..connected
             },
         }
     }
 }
 
-/// A connected byte stream.
-#[derive(Debug)]
-pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Shm(Box<ShmStream>),
-}
-
-impl Stream {
-    pub(crate) fn transport(&self) -> Transport {
-        match self {
-            Stream::Tcp(_) => Transport::Tcp,
-            Stream::Shm(_) => Transport::Shm,
-        }
-    }
-
+/// A connected byte stream (shared-memory rings, a TCP socket), which
+/// [`framed::Framed`] cuts into frames.
+pub(crate) trait ByteStream: fmt::Debug + Send {
+    /// Which transport this is.
+    fn transport(&self) -> Transport;
     /// Takes as many bytes of `bufs` as it can without blocking.
-    pub(crate) fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => sys::send_vectored(s.as_raw_fd(), bufs),
-            Stream::Shm(s) => s.try_write(bufs),
-        }
-    }
-
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     /// Reads what is there without blocking; `Ok(0)` means nothing now, end
     /// of stream is an error.
-    pub(crate) fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => match sys::recv(s.as_raw_fd(), dst, false)? {
-                None => Ok(0),
-                Some(0) if !dst.is_empty() => Err(io::ErrorKind::UnexpectedEof.into()),
-                Some(n) => Ok(n),
-            },
-            Stream::Shm(s) => s.try_read(dst),
-        }
-    }
-
+    fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize>;
     /// The descriptor to poll while sleeping on this stream.
-    pub(crate) fn raw_fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Shm(s) => s.raw_fd(),
-        }
-    }
-
+    fn raw_fd(&self) -> RawFd;
+    /// What to poll `raw_fd` for while waiting for room to write.
+    fn write_interest(&self) -> Interest;
     /// Prepares to sleep until readable; false when data is already there.
-    pub(crate) fn arm_read(&mut self) -> bool {
-        match self {
-            Stream::Tcp(_) => true,
-            Stream::Shm(s) => s.arm_read(),
-        }
+    fn arm_read(&mut self) -> bool {
+        true
     }
-
     /// Prepares to sleep until `need` bytes can be written; false when they can.
-    pub(crate) fn arm_write(&mut self, need: usize) -> bool {
-        match self {
-            Stream::Tcp(_) => true,
-            Stream::Shm(s) => s.arm_write(need),
-        }
+    fn arm_write(&mut self, _need: usize) -> bool {
+        true
     }
-
     /// Ends a sleep.
-    pub(crate) fn disarm(&mut self) {
-        if let Stream::Shm(s) = self {
-            s.disarm()
-        }
-    }
-
-    /// Sends a descriptor to the peer (shared memory only).
-    pub(crate) fn send_fd(&self, fd: impl std::os::fd::AsFd) -> io::Result<()> {
-        match self {
-            Stream::Shm(s) => s.send_fd(fd),
-            Stream::Tcp(_) => Err(io::ErrorKind::Unsupported.into()),
-        }
-    }
-
-    /// The oldest descriptor the peer sent (shared memory only).
-    pub(crate) fn take_fd(&mut self) -> Option<std::os::fd::OwnedFd> {
-        match self {
-            Stream::Shm(s) => s.take_fd(),
-            Stream::Tcp(_) => None,
-        }
-    }
-
+    fn disarm(&mut self) {}
     /// Notices a peer that has gone while we poll without sleeping.
-    pub(crate) fn check_alive(&mut self) {
-        if let Stream::Shm(s) = self {
-            s.check_alive()
-        }
+    fn check_alive(&mut self) {}
+    /// Sends a descriptor to the peer (shared memory only).
+    fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// The oldest descriptor the peer sent (shared memory only).
+    fn take_fd(&mut self) -> Option<OwnedFd> {
+        None
+    }
+}
+
+/// How far a connection has got with the frame it is sending.
+#[derive(Debug, Default)]
+pub(crate) struct SendState {
+    /// Payload bytes of earlier fragments, all taken.
+    pub(crate) done: usize,
+    /// Bytes of the current fragment, its header first, taken.
+    pub(crate) sent: usize,
+    /// The transport holds the frame and reports when it is done (UCX).
+    pub(crate) posted: bool,
+}
+
+/// A peer's answer to a region query, before the connection maps it.
+#[derive(Debug)]
+pub(crate) enum RegionAnswer {
+    /// Shared memory: the memory itself.
+    Mapped { key: u64, len: usize, fd: OwnedFd },
+    /// UCX: the region's address in the target and its packed remote key.
+    Ucx {
+        key: u64,
+        len: usize,
+        base: u64,
+        rkey: Vec<u8>,
+    },
+}
+
+/// What a connection's receive side leaves for the endpoint besides
+/// messages: answers to send between messages, and the peer's answer to a
+/// region query.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    /// Frames (put answers, region answers) waiting to go, with payload.
+    pub(crate) out: VecDeque<(Header, Vec<u8>)>,
+    /// The peer's answer to our last region query.
+    pub(crate) region_reply: Option<Result<RegionAnswer, Refusal>>,
+}
+
+/// One connection of an endpoint to one peer endpoint.
+pub(crate) trait Connection: fmt::Debug + Send {
+    /// Which transport carries it.
+    fn transport(&self) -> Transport;
+    /// What it can do.
+    fn caps(&self) -> Caps {
+        self.transport().caps()
+    }
+    /// Takes what it can of the frame `h` carrying `payload` (a whole
+    /// message, put or control frame) without blocking, going on from
+    /// `st`; true once all of it is taken and `payload` may be reused.
+    fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool>;
+    /// Reads what has arrived for it into `core`, or straight into `user`,
+    /// the buffer of a waiting read.
+    fn progress(&mut self, core: &mut Core, user: Option<&mut [u8]>) -> Step;
+    /// Gives back what it holds of the endpoint's pool (it is going away).
+    fn release(&mut self, _pool: &mut TokenPool) {}
+    /// Prepares to sleep until it has something to read; false when it has.
+    fn arm_read(&mut self) -> bool;
+    /// Prepares to sleep until `need` bytes may be sent; false when they may.
+    fn arm_write(&mut self, need: usize) -> bool;
+    /// Ends a sleep.
+    fn disarm(&mut self);
+    /// The descriptor to poll while sleeping until it has something to read.
+    fn read_fd(&self) -> RawFd;
+    /// The descriptor, and what for, to poll while waiting to send.
+    fn write_wait(&self) -> (RawFd, Interest);
+    /// Notices a peer that has gone while the endpoint polls.
+    fn check_alive(&mut self);
+    /// Answers and replies its receive side left.
+    fn control(&mut self) -> &mut Control;
+    /// Its one-sided access to the peer's regions, if the transport has it.
+    fn one_sided(&mut self) -> Option<&mut dyn OneSided> {
+        None
+    }
+    /// The UCX connection under it, for the endpoint's UCX worker to hand
+    /// what it receives to.
+    fn ucx(&mut self) -> Option<&mut ucx::Conn> {
+        None
+    }
+}
+
+/// Puts into the peer's regions without the peer's processor.
+pub(crate) trait OneSided {
+    /// Index of the peer's region `key` among those reached, if reached.
+    fn find(&self, key: u64) -> Option<usize>;
+    /// Reaches the region the peer's answer describes; returns its index.
+    fn adopt(&mut self, answer: RegionAnswer) -> io::Result<usize>;
+    /// Bytes of region `i`.
+    fn len(&self, i: usize) -> usize;
+    /// Whether the peer has deregistered region `i`.
+    fn revoked(&self, i: usize) -> bool;
+    /// Forgets region `i`.
+    fn forget(&mut self, i: usize);
+    /// Writes `data` at `offset` of region `i` (the caller checked the
+    /// bounds); `data` may be reused once this returns.
+    fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> io::Result<()>;
+    /// Writes `len` bytes, which `fill` produces, at `offset` of region
+    /// `i` (the caller checked the bounds): in place where the transport
+    /// maps the region, else through `scratch`.
+    fn fill(
+        &mut self,
+        i: usize,
+        offset: usize,
+        len: usize,
+        scratch: &mut IoBuf,
+        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>,
+    ) -> io::Result<()>;
+    /// Moves the puts made so far towards the target's memory; true once
+    /// every one of them is there.
+    fn flush(&mut self) -> io::Result<bool> {
+        Ok(true)
     }
 }

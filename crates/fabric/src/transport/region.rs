@@ -1,5 +1,14 @@
-//! Registered regions (targets of puts) and the initiator's table of puts in
-//! flight.
+//! Registered regions: the memory of an endpoint that peers write into with
+//! puts, and, for shared memory, a target's region mapped by an initiator
+//! on the same host.
+//!
+//! A region's memory is written by peers at any time: that is put mode's
+//! contract, as with RDMA. The application therefore never gets a Rust
+//! reference to it: it copies bytes in and out ([`Regions::read`],
+//! [`Regions::write`]), which at worst sees a mix of old and new bytes when
+//! it reads a range a put is writing, and reads a range only after the put
+//! that wrote it was notified. A C program gets the raw pointer, under the
+//! same contract.
 
 use macrolink_wire::Refusal;
 
@@ -9,7 +18,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::transport::memfd;
-use crate::types::{Addr, RegionKey};
+use crate::transport::ucx;
+use crate::types::RegionKey;
 
 /// Bytes before a region's data: a page whose first word says whether the
 /// region is still registered, so that initiators on this host that map it
@@ -18,11 +28,17 @@ const HEAD: usize = 4096;
 
 /// A region another endpoint may write into with a put. Its memory is a
 /// sealed memfd, which initiators on the same host are sent and map to
-/// write into it themselves.
+/// write into it themselves, and which UCX registers for its peers.
 #[derive(Debug)]
 struct Region {
     key: u64,
     len: usize,
+    /// Its registration with UCX, made when a UCX peer first asks for it;
+    /// dropped (unregistered) before the memory it names.
+    ucx: Option<ucx::MemReg>,
+    /// Connections (slot, generation) of UCX peers that hold its remote
+    /// key: they may write into it until they have taken back the key.
+    holders: Vec<(u32, u32)>,
     file: File,
     map: MmapRaw,
 }
@@ -32,6 +48,13 @@ fn revoked_flag(map: &MmapRaw) -> &AtomicU32 {
     // so its first four bytes are an aligned u32 that lives as long as the
     // mapping; both processes touch it only atomically.
     unsafe { &*(map.as_ptr() as *const AtomicU32) }
+}
+
+impl Region {
+    fn data(&self) -> *mut u8 {
+        // SAFETY: the mapping is HEAD + len bytes long.
+        unsafe { self.map.as_mut_ptr().add(HEAD) }
+    }
 }
 
 impl Drop for Region {
@@ -45,6 +68,11 @@ impl Drop for Region {
 #[derive(Debug, Default)]
 pub(crate) struct Regions {
     list: Vec<Region>,
+    /// Deregistered regions that UCX peers may still write into: kept,
+    /// memory and registration, until each holder has taken back the key
+    /// (or its connection is gone), so that a late put lands in memory
+    /// nobody uses instead of memory given back to the system.
+    retired: Vec<Region>,
 }
 
 fn random_u64() -> std::io::Result<u64> {
@@ -66,7 +94,7 @@ impl Regions {
     pub(crate) fn register(&mut self, len: usize) -> std::io::Result<RegionKey> {
         let key = loop {
             let k = random_u64()?;
-            if k != 0 && self.index(k).is_none() {
+            if k != 0 && self.index(k).is_none() && !self.retired.iter().any(|r| r.key == k) {
                 break k;
             }
         };
@@ -77,14 +105,35 @@ impl Regions {
             len,
             file,
             map,
+            ucx: None,
+            holders: Vec::new(),
         });
         Ok(RegionKey(key))
     }
 
-    pub(crate) fn deregister(&mut self, key: RegionKey) -> bool {
-        let before = self.list.len();
-        self.list.retain(|r| r.key != key.0);
-        self.list.len() != before
+    /// Removes a region; `None` when there is none with `key`, else the
+    /// UCX peers (connection slot and generation) to tell that the key is
+    /// no longer good.
+    pub(crate) fn deregister(&mut self, key: RegionKey) -> Option<Vec<(u32, u32)>> {
+        let i = self.index(key.0)?;
+        let r = self.list.swap_remove(i);
+        let holders = r.holders.clone();
+        if !holders.is_empty() {
+            self.retired.push(r);
+        }
+        Some(holders)
+    }
+
+    /// A UCX peer took back the key of a deregistered region, or its
+    /// connection (`slot`, `gen`) is gone: when no holder is left, the
+    /// memory goes.
+    pub(crate) fn released(&mut self, key: Option<u64>, slot: u32, gen: u32) {
+        for r in self.list.iter_mut().chain(self.retired.iter_mut()) {
+            if key.is_none_or(|k| k == r.key) {
+                r.holders.retain(|h| *h != (slot, gen));
+            }
+        }
+        self.retired.retain(|r| !r.holders.is_empty());
     }
 
     fn index(&self, key: u64) -> Option<usize> {
@@ -106,29 +155,85 @@ impl Regions {
             .map(|i| (self.list[i].len, &self.list[i].file))
     }
 
-    /// Peers on this host may write into a region at any time: that is put
-    /// mode's contract, as with RDMA; the application reads a range only
-    /// after the put that wrote it was notified.
-    fn slice(&self, i: usize) -> &[u8] {
-        let r = &self.list[i];
-        // SAFETY: the mapping is HEAD + len bytes and lives as long as the
-        // region; concurrent peer writes are the contract above.
-        unsafe { std::slice::from_raw_parts(r.map.as_ptr().add(HEAD), r.len) }
+    /// The length of the region with `key`.
+    pub(crate) fn len(&self, key: RegionKey) -> Option<usize> {
+        self.index(key.0).map(|i| self.list[i].len)
     }
 
+    /// The region with `key` as UCX exports it to the holder on connection
+    /// (`slot`, `gen`): its length, its address and its packed remote key,
+    /// registering it the first time.
+    pub(crate) fn export_ucx(
+        &mut self,
+        key: u64,
+        ctx: &std::sync::Arc<ucx::Context>,
+        holder: (u32, u32),
+    ) -> Result<(usize, u64, &[u8]), Refusal> {
+        let i = self.index(key).ok_or(Refusal::BadKey)?;
+        let r = &mut self.list[i];
+        if r.ucx.is_none() {
+            // The head page goes too, so that a region of 0 bytes can be
+            // registered; puts are checked against `len` past it.
+            let reg = ucx::MemReg::new(ctx, r.map.as_mut_ptr(), r.len + HEAD).map_err(|e| {
+                tracing::warn!("cannot register a region with UCX: {e}");
+                Refusal::Malformed
+            })?;
+            r.ucx = Some(reg);
+        }
+        if !r.holders.contains(&holder) {
+            r.holders.push(holder);
+        }
+        let base = r.data() as u64;
+        let reg = r.ucx.as_ref().ok_or(Refusal::Malformed)?;
+        Ok((r.len, base, reg.rkey()))
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of the region with `key` out.
+    /// A range a put is writing meanwhile may come out as a mix of old and
+    /// new bytes.
+    pub(crate) fn read(&self, key: RegionKey, offset: usize, dst: &mut [u8]) -> Option<()> {
+        let r = &self.list[self.index(key.0)?];
+        let end = offset.checked_add(dst.len())?;
+        if end > r.len {
+            return None;
+        }
+        // SAFETY: `offset..end` lies inside the region's `len` bytes after
+        // its head, mapped as long as `r` lives; no reference to the shared
+        // bytes is made, so a peer writing them meanwhile breaks no rule of
+        // this process, it only mixes the bytes copied.
+        unsafe { std::ptr::copy_nonoverlapping(r.data().add(offset), dst.as_mut_ptr(), dst.len()) };
+        Some(())
+    }
+
+    /// Copies `src` into the region with `key` at `offset`.
+    pub(crate) fn write(&mut self, key: RegionKey, offset: usize, src: &[u8]) -> Option<()> {
+        let r = &self.list[self.index(key.0)?];
+        let end = offset.checked_add(src.len())?;
+        if end > r.len {
+            return None;
+        }
+        // SAFETY: as in `read`, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.data().add(offset), src.len()) };
+        Some(())
+    }
+
+    /// The region's first byte and length, for a C program (which reads
+    /// and writes it under put mode's contract, as with RDMA).
+    pub(crate) fn raw(&self, key: RegionKey) -> Option<(*mut u8, usize)> {
+        self.index(key.0)
+            .map(|i| (self.list[i].data(), self.list[i].len))
+    }
+
+    /// The region at index `i` (from [`check`](Self::check)), for the
+    /// receive path to read a put's bytes into while it holds the
+    /// endpoint: a slice that lives only for that read.
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         let r = &mut self.list[i];
-        // SAFETY: as in `slice`; `&mut self` keeps this process to one
-        // writer.
-        unsafe { std::slice::from_raw_parts_mut(r.map.as_mut_ptr().add(HEAD), r.len) }
-    }
-
-    pub(crate) fn get(&self, key: RegionKey) -> Option<&[u8]> {
-        self.index(key.0).map(|i| self.slice(i))
-    }
-
-    pub(crate) fn get_mut(&mut self, key: RegionKey) -> Option<&mut [u8]> {
-        self.index(key.0).map(|i| self.slot_mut(i))
+        // SAFETY: the mapping is HEAD + len bytes and lives as long as the
+        // region; `&mut self` keeps this process to one user of it, and
+        // the slice is only written into (by a read from the peer's
+        // connection) before it is dropped.
+        unsafe { std::slice::from_raw_parts_mut(r.data(), r.len) }
     }
 }
 
@@ -188,80 +293,6 @@ impl RemoteRegion {
     }
 }
 
-/// Where a posted put stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PutStatus {
-    Pending { slot: u32, gen: u32 },
-    Done,
-    Refused(Refusal),
-    Lost(Addr),
-}
-
-/// Puts in flight, by sequence number, in a fixed ring: posting never
-/// allocates. A result is kept until `CAP` later puts have been posted.
-#[derive(Debug)]
-pub(crate) struct PutTable {
-    entries: Box<[(u64, PutStatus)]>,
-    next: u64,
-}
-
-const CAP: usize = 1024;
-
-impl PutTable {
-    pub(crate) fn new() -> Self {
-        PutTable {
-            entries: vec![(u64::MAX, PutStatus::Done); CAP].into_boxed_slice(),
-            next: 0,
-        }
-    }
-
-    /// The sequence number the next put will take, and whether its slot is
-    /// still busy with an older put.
-    pub(crate) fn next_busy(&self) -> bool {
-        matches!(
-            self.entries[self.next as usize % CAP].1,
-            PutStatus::Pending { .. }
-        )
-    }
-
-    pub(crate) fn post(&mut self, slot: u32, gen: u32) -> u64 {
-        let seq = self.next;
-        self.next += 1;
-        self.entries[seq as usize % CAP] = (seq, PutStatus::Pending { slot, gen });
-        seq
-    }
-
-    /// Records the answer to put `seq`; false if no such put is pending.
-    pub(crate) fn complete(&mut self, seq: u64, status: PutStatus) -> bool {
-        let e = &mut self.entries[seq as usize % CAP];
-        if e.0 == seq && matches!(e.1, PutStatus::Pending { .. }) {
-            e.1 = status;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Status of put `seq`; `Done` when it is too old to be kept.
-    pub(crate) fn status(&self, seq: u64) -> PutStatus {
-        let e = self.entries[seq as usize % CAP];
-        if e.0 == seq {
-            e.1
-        } else {
-            PutStatus::Done
-        }
-    }
-
-    /// Marks every put pending on a lost connection (to `peer`) as lost.
-    pub(crate) fn lose(&mut self, slot: u32, gen: u32, peer: Addr) {
-        for e in self.entries.iter_mut() {
-            if e.1 == (PutStatus::Pending { slot, gen }) {
-                e.1 = PutStatus::Lost(peer);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,20 +310,12 @@ mod tests {
         assert!(RemoteRegion::map(k.0, len + 1, fd.try_clone().unwrap()).is_err());
         let remote = RemoteRegion::map(k.0, len, fd).unwrap();
         remote.write(10, b"direct").unwrap();
-        assert_eq!(&r.get(k).unwrap()[10..16], b"direct");
-        assert!(r.deregister(k));
+        let mut got = [0u8; 6];
+        r.read(k, 10, &mut got).unwrap();
+        assert_eq!(&got, b"direct");
+        assert!(r.read(k, 95, &mut got).is_none(), "past the end");
+        assert_eq!(r.deregister(k), Some(Vec::new()));
+        assert_eq!(r.deregister(k), None);
         assert_eq!(remote.write(10, b"late"), Err(Refusal::BadKey));
-    }
-
-    #[test]
-    fn put_table_tracks_answers_and_losses() {
-        let mut t = PutTable::new();
-        let a = t.post(3, 1);
-        let b = t.post(4, 1);
-        assert!(t.complete(a, PutStatus::Done));
-        assert!(!t.complete(a, PutStatus::Done), "answered twice");
-        t.lose(4, 1, Addr::new(2, 2));
-        assert_eq!(t.status(b), PutStatus::Lost(Addr::new(2, 2)));
-        assert_eq!(t.status(a), PutStatus::Done);
     }
 }

@@ -25,12 +25,14 @@ use memmap2::MmapRaw;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::memfd;
-use crate::sys;
+use super::sys::{self, Interest};
+use super::ByteStream;
+use crate::types::Transport;
 
 /// Bytes before the first ring: the two control blocks, page aligned.
 const DATA_START: usize = 4096;
@@ -357,9 +359,9 @@ impl ShmStream {
     }
 
     /// Sends a descriptor to the peer (ahead of the frame that names it).
-    pub(crate) fn send_fd(&self, fd: impl AsFd) -> io::Result<()> {
+    pub(crate) fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
         for _ in 0..500 {
-            match memfd::send_with_fd(&self.sock, &[0], &fd) {
+            match memfd::send_with_fd(&self.sock, &[0], fd) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => sys::wait_fd(
                     self.sock.as_raw_fd(),
                     sys::Interest::Write,
@@ -380,6 +382,53 @@ impl ShmStream {
     /// The socket to poll while sleeping.
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+}
+
+impl ByteStream for ShmStream {
+    fn transport(&self) -> Transport {
+        Transport::Shm
+    }
+
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        ShmStream::try_write(self, bufs)
+    }
+
+    fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        ShmStream::try_read(self, dst)
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        ShmStream::raw_fd(self)
+    }
+
+    /// A writer waiting for room sleeps until the reader rings.
+    fn write_interest(&self) -> Interest {
+        Interest::Read
+    }
+
+    fn arm_read(&mut self) -> bool {
+        ShmStream::arm_read(self)
+    }
+
+    fn arm_write(&mut self, need: usize) -> bool {
+        ShmStream::arm_write(self, need)
+    }
+
+    fn disarm(&mut self) {
+        ShmStream::disarm(self)
+    }
+
+    fn check_alive(&mut self) {
+        ShmStream::check_alive(self)
+    }
+
+    fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        ShmStream::send_fd(self, fd)
+    }
+
+    fn take_fd(&mut self) -> Option<OwnedFd> {
+        ShmStream::take_fd(self)
     }
 }
 

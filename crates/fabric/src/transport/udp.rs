@@ -6,9 +6,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::rx::{Body, Core, Ready, Step};
-use crate::contact::Inbox;
+use super::contact::Inbox;
 use crate::error::Result;
+use crate::rx::{Body, Core, Ready, Step};
 use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
 
 /// An endpoint's UDP socket and what it has learned of its peers.
@@ -58,9 +58,9 @@ impl Udp {
             match self.sock.send_to(&self.scratch[..n], to) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    crate::sys::wait_fd(
+                    super::sys::wait_fd(
                         self.sock.as_raw_fd(),
-                        crate::sys::Interest::Write,
+                        super::sys::Interest::Write,
                         std::time::Duration::from_millis(10),
                     )?;
                 }
@@ -108,9 +108,7 @@ impl Udp {
                     continue;
                 }
             };
-            if core.probe {
-                core.timings.read_header = crate::sys::clock_ns();
-            }
+            core.header_seen();
             let from = Addr::new(h.src_node, h.src_ep);
             if h.key != self.token {
                 inbox
@@ -150,6 +148,6 @@ impl Udp {
                 None => core.stats.dropped_datagrams += 1,
             }
         }
-        Ok(if moved { Step::Moved } else { Step::Idle })
+        Ok(Step::or_moved(moved))
     }
 }

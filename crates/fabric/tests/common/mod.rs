@@ -53,14 +53,34 @@ pub fn hello<S: Read + Write>(
     answer
 }
 
-/// Aborts the test process after `secs`: a test whose subject would block
-/// for good fails instead of hanging the suite.
-pub fn watchdog(secs: u64, what: &'static str) {
+/// Aborts the test process after `secs` unless the returned guard is
+/// dropped first: a test whose subject would block for good fails instead
+/// of hanging the suite, and one that ends takes its watchdog with it.
+#[must_use = "the watchdog is called off when this is dropped"]
+pub fn watchdog(secs: u64, what: &'static str) -> Watchdog {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
     std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(secs));
+        let until = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < until {
+            if seen.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         eprintln!("{what}: still blocked after {secs} s");
         std::process::abort();
     });
+    Watchdog(done)
+}
+
+/// Calls its watchdog off when dropped.
+pub struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Sends `bytes` over a unix socket with `fd` attached.

@@ -1,0 +1,136 @@
+//! Where arriving traffic goes, whatever carried it: the endpoint's token
+//! pool, its queue of what waits for the application, its registered
+//! regions and its table of puts in flight. Every transport's receive side
+//! writes into a [`Core`] and reports what one pass did as a [`Step`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::pool::{Chain, TokenPool};
+use crate::puts::PutTable;
+use crate::transport::region::Regions;
+use crate::types::{Addr, Completion, Mode, Recv, RegionKey, Stats, Timings, Transport};
+
+/// Where a waiting message's bytes are.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// Tokens of the pool.
+    Staged(Chain),
+    /// A buffer of its own: the message stalled while placed in a reader's
+    /// buffer and was finished aside.
+    Held(Vec<u8>),
+    /// Still with the transport, which places it straight into the
+    /// reader's buffer when it is read (UCX: a probed message).
+    Pending(crate::transport::ucx::Pending),
+}
+
+/// Something waiting for the application in arrival order.
+#[derive(Debug)]
+pub(crate) enum Ready {
+    Msg {
+        from: Addr,
+        mode: Mode,
+        transport: Transport,
+        len: usize,
+        body: Body,
+        via: Option<(u32, u32)>,
+    },
+    Placed {
+        from: Addr,
+        transport: Transport,
+        via: Option<(u32, u32)>,
+        key: RegionKey,
+        offset: u64,
+        len: usize,
+    },
+    Lost {
+        peer: Addr,
+        reason: String,
+    },
+}
+
+/// Endpoint state the receive path writes into.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) id: u32,
+    pub(crate) completion: Completion,
+    pub(crate) max_message: u64,
+    pub(crate) pool: TokenPool,
+    pub(crate) ready: VecDeque<Ready>,
+    pub(crate) ready_cap: usize,
+    pub(crate) regions: Regions,
+    pub(crate) puts: PutTable,
+    pub(crate) stats: Stats,
+    /// Probe on: record the stages of each message in `timings`.
+    pub(crate) probe: bool,
+    pub(crate) timings: Timings,
+}
+
+impl Core {
+    /// Copies `data` into a new chain; `None` (nothing kept) when the pool or
+    /// the queue is full.
+    pub(crate) fn stage(&mut self, data: &[u8]) -> Option<Chain> {
+        if self.ready.len() >= self.ready_cap {
+            return None;
+        }
+        let mut chain = Chain::EMPTY;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let Some(space) = self.pool.tail_space(&mut chain) else {
+                self.pool.release(chain);
+                return None;
+            };
+            let n = space.len().min(rest.len());
+            space[..n].copy_from_slice(&rest[..n]);
+            self.pool.commit(&chain, n);
+            rest = &rest[n..];
+        }
+        Some(chain)
+    }
+
+    /// Notes that a message's header has been seen, when the probe is on.
+    pub(crate) fn header_seen(&mut self) {
+        if self.probe {
+            self.timings.read_header = crate::clock_ns();
+        }
+    }
+
+    /// Counts a message handed to the application.
+    pub(crate) fn count_in(&mut self, len: usize) {
+        self.stats.messages_in += 1;
+        self.stats.bytes_in += len as u64;
+    }
+}
+
+/// What one pass over a connection did.
+#[derive(Debug)]
+pub(crate) enum Step {
+    Idle,
+    Moved,
+    Delivered(Recv),
+    /// A message fills the pool and the waiting reader's buffer is smaller.
+    TooSmall(u64),
+    Lost(String),
+}
+
+impl Step {
+    /// Folds a step that moved nothing into what came before.
+    pub(crate) fn or_moved(moved: bool) -> Step {
+        if moved {
+            Step::Moved
+        } else {
+            Step::Idle
+        }
+    }
+}
+
+/// Longest a sleeping wait lasts before looking around again.
+pub(crate) const NAP: Duration = Duration::from_millis(200);
+/// How long a message placed straight into a reader's buffer may wait for
+/// its next bytes before it is held aside (and the read looks at the other
+/// connections, and at its deadline). Far longer than the gap between the
+/// segments of a flowing message.
+pub(crate) const HOLD: Duration = Duration::from_millis(20);
+
+/// Idle polls between liveness checks of shared-memory peers.
+pub(crate) const SPINS_PER_CHECK: u32 = 1 << 12;

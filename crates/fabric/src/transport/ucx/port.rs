@@ -1,0 +1,860 @@
+//! An endpoint's UCX worker: what arrives over UCX for any of its
+//! connections comes in here, and goes where it belongs.
+//!
+//! One pass ([`Port::progress`]): progress the worker; take the datagrams
+//! that the active-message handler left in its ring; then probe for tagged
+//! messages and hand each to its connection by the index in its tag:
+//!
+//! - a reliable message goes straight into the waiting reader's buffer
+//!   when it fits and nothing waits before it, else into the token pool
+//!   when that has room, else it stays with UCX ([`Pending`]) until it is
+//!   read, straight into the reader's buffer then;
+//! - a control message (region query and answer, put notice, revocation,
+//!   credit) is answered at once.
+//!
+//! Taking a reliable message off UCX earns its sender credit, returned in
+//! batches. Messages whose tag names no connection of the endpoint, or
+//! carries the wrong token, are dropped and counted as strangers.
+
+use macrolink_wire::ucx::{Tag, TagKind, MAX_ADDRESS};
+use macrolink_wire::{Flags, FrameKind, Header, Refusal, HEADER_LEN};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::conn::Conn;
+use super::ffi::{self, Posted, Ucp};
+use super::{error, finish, Contact, Context, Shared, CREDITS};
+use crate::rx::{Body, Core, Ready, Step};
+use crate::transport::sys::{self, Interest};
+use crate::transport::{Connection, RegionAnswer};
+use crate::types::{Addr, Completion, Mode, Recv, RecvKind, RegionKey, Transport};
+
+/// The active-message id of datagrams.
+pub(crate) const DATAGRAM_AM: u32 = 0;
+/// Datagrams the handler keeps between two passes; more are dropped.
+const RING: usize = 64;
+/// Tagged messages taken off UCX in one pass, at most.
+const PROBES_PER_PASS: usize = 64;
+/// Largest control message: a header, an address and a packed key.
+const MAX_CONTROL: usize = HEADER_LEN + 8 + MAX_ADDRESS;
+
+/// A reliable message left with UCX until it is read.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    msg: ffi::TagMessage,
+    index: u16,
+}
+
+// SAFETY: the message handle is UCX's, used only by the thread that owns
+// the endpoint (and with it the worker the handle belongs to).
+unsafe impl Send for Pending {}
+
+/// One connection as the worker knows it.
+#[derive(Debug)]
+struct Entry {
+    token: u64,
+    slot: u32,
+    gen: u32,
+    peer: Addr,
+    /// The connection's UCP endpoint, to answer on.
+    ep: ffi::Ep,
+    /// The tag of control messages to the peer.
+    tx_control: u64,
+    /// Messages taken off UCX since the last credit went back.
+    owed: u32,
+}
+
+/// Datagrams the active-message handler copied out of UCX, waiting for the
+/// next pass.
+struct Ring {
+    mtu: usize,
+    data: Box<[u8]>,
+    lens: [usize; RING],
+    tags: [u64; RING],
+    head: usize,
+    len: usize,
+    dropped: u64,
+}
+
+/// What the active-message handler does with a datagram: keeps a copy in
+/// the ring, or drops it (ring full, too large, or not eager).
+///
+/// # Safety
+/// UCX calls it during `ucp_worker_progress` on the thread that drives the
+/// worker, with `arg` the ring registered with the handler and valid
+/// `header` and `data` for their lengths.
+unsafe extern "C" fn on_datagram(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ffi::AmRecvParam,
+) -> ffi::Status {
+    // SAFETY: `arg` is the port's ring, alive while the worker is, and
+    // touched by nobody else while the worker progresses.
+    let ring = unsafe { &mut *arg.cast::<Ring>() };
+    // SAFETY: UCX passes a valid parameter block.
+    let rndv = unsafe { (*param).recv_attr } & ffi::UCP_AM_RECV_ATTR_FLAG_RNDV != 0;
+    if header_length != 8 || rndv || length > ring.mtu || ring.len == RING {
+        ring.dropped += 1;
+        return ffi::UCS_OK;
+    }
+    let mut tag = [0u8; 8];
+    // SAFETY: UCX hands `header_length` (8) valid bytes at `header` and
+    // `length` at `data`, which fits the slot (checked above).
+    unsafe {
+        std::ptr::copy_nonoverlapping(header.cast::<u8>(), tag.as_mut_ptr(), 8);
+        let slot = (ring.head + ring.len) % RING;
+        let dst = ring.data.as_mut_ptr().add(slot * ring.mtu);
+        std::ptr::copy_nonoverlapping(data.cast::<u8>(), dst, length);
+        ring.lens[slot] = length;
+        ring.tags[slot] = u64::from_le_bytes(tag);
+    }
+    ring.len += 1;
+    ffi::UCS_OK
+}
+
+/// The endpoint's connections, as the worker finds them to hand over what
+/// it received for them.
+pub(crate) trait Conns {
+    /// The UCX connection at (`slot`, `gen`), if it is still there.
+    fn get(&mut self, slot: u32, gen: u32) -> Option<&mut Conn>;
+}
+
+/// An endpoint's UCP worker and the connections it serves.
+pub(crate) struct Port {
+    ucp: &'static Ucp,
+    ctx: Arc<Context>,
+    worker: ffi::Worker,
+    efd: RawFd,
+    shared: Arc<Shared>,
+    table: HashMap<u16, Entry>,
+    /// The handler's ring, owned here (from `Box::into_raw`).
+    ring: *mut Ring,
+    /// Probed messages whose connection the endpoint had not taken yet:
+    /// tried again on the next pass, after it has.
+    limbo: Vec<(ffi::TagMessage, ffi::TagRecvInfo)>,
+    /// Control messages and credit this side sent, with their bytes, until
+    /// UCX is done with them.
+    sending: Vec<(*mut c_void, Vec<u8>)>,
+    control: Box<[u8]>,
+    spaces: Vec<(*mut u8, usize)>,
+    iov: Vec<ffi::DtIov>,
+    /// Datagrams and messages of strangers dropped.
+    strangers: u64,
+}
+
+// SAFETY: the worker and everything hanging off it (ring, message
+// handles, requests, endpoint handles) is used only by the thread that
+// owns the endpoint; the worker is created in serialized mode, so moving
+// the endpoint to another thread between calls is allowed.
+unsafe impl Send for Port {}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("connections", &self.table.len())
+            .field("strangers", &self.strangers)
+            .finish()
+    }
+}
+
+impl Port {
+    /// A worker on `ctx` for one endpoint whose datagrams carry at most
+    /// `mtu` bytes.
+    pub(crate) fn open(ctx: &Arc<Context>, mtu: usize) -> io::Result<Port> {
+        let ucp = ctx.ucp;
+        let params = ffi::WorkerParams {
+            field_mask: ffi::UCP_WORKER_PARAM_FIELD_THREAD_MODE
+                | ffi::UCP_WORKER_PARAM_FIELD_EVENTS,
+            thread_mode: ffi::UCS_THREAD_MODE_SERIALIZED,
+            cpu_mask: [0; 16],
+            events: ffi::UCP_WAKEUP_RX | ffi::UCP_WAKEUP_TX,
+            user_data: std::ptr::null_mut(),
+            event_fd: -1,
+        };
+        let mut worker = std::ptr::null_mut();
+        // SAFETY: a valid parameter block; `worker` is an out-pointer.
+        let s = unsafe { (ucp.worker_create)(ctx.h, &params, &mut worker) };
+        if s != ffi::UCS_OK {
+            return Err(error(ucp, "ucp_worker_create", s));
+        }
+        let ring = Box::into_raw(Box::new(Ring {
+            mtu,
+            data: vec![0u8; RING * mtu].into_boxed_slice(),
+            lens: [0; RING],
+            tags: [0; RING],
+            head: 0,
+            len: 0,
+            dropped: 0,
+        }));
+        // From here on, dropping `port` cleans up.
+        let mut port = Port {
+            ucp,
+            ctx: ctx.clone(),
+            worker,
+            efd: -1,
+            shared: Arc::new(Shared::new(Vec::new())),
+            table: HashMap::new(),
+            ring,
+            limbo: Vec::new(),
+            sending: Vec::new(),
+            control: vec![0u8; MAX_CONTROL].into_boxed_slice(),
+            spaces: Vec::new(),
+            iov: Vec::new(),
+            strangers: 0,
+        };
+        let mut efd = -1;
+        // SAFETY: a live worker; `efd` is an out-pointer.
+        let s = unsafe { (ucp.worker_get_efd)(worker, &mut efd) };
+        if s != ffi::UCS_OK {
+            return Err(error(ucp, "ucp_worker_get_efd", s));
+        }
+        port.efd = efd;
+        let handler = ffi::AmHandlerParam {
+            field_mask: ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
+                | ffi::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB
+                | ffi::UCP_AM_HANDLER_PARAM_FIELD_ARG,
+            id: DATAGRAM_AM,
+            flags: ffi::UCP_AM_FLAG_WHOLE_MSG,
+            cb: Some(on_datagram),
+            arg: ring.cast(),
+        };
+        // SAFETY: a live worker; the ring outlives it (freed after the
+        // worker is destroyed, in Drop).
+        let s = unsafe { (ucp.worker_set_am_recv_handler)(worker, &handler) };
+        if s != ffi::UCS_OK {
+            return Err(error(ucp, "ucp_worker_set_am_recv_handler", s));
+        }
+        let (mut addr, mut len) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: a live worker; out-pointers.
+        let s = unsafe { (ucp.worker_get_address)(worker, &mut addr, &mut len) };
+        if s != ffi::UCS_OK {
+            return Err(error(ucp, "ucp_worker_get_address", s));
+        }
+        // SAFETY: UCX handed out `len` bytes at `addr`, released after the
+        // copy.
+        let address = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+        // SAFETY: the address just obtained from this worker, released once.
+        unsafe { (ucp.worker_release_address)(worker, addr) };
+        if address.len() > MAX_ADDRESS {
+            return Err(io::Error::other(format!(
+                "the UCX worker's address has {} bytes, more than {MAX_ADDRESS}",
+                address.len()
+            )));
+        }
+        port.shared = Arc::new(Shared::new(address));
+        Ok(port)
+    }
+
+    /// What the endpoint's acceptors give peers that connect over UCX.
+    pub(crate) fn contact_card(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// The connection a handshake agreed on, at `id` (slot, generation) of
+    /// the endpoint.
+    pub(crate) fn connect(
+        &mut self,
+        c: Contact,
+        peer: Addr,
+        id: (u32, u32),
+    ) -> crate::error::Result<Conn> {
+        let tx_control = Tag {
+            kind: TagKind::Control,
+            index: c.peer.index,
+            token: c.peer.token,
+        }
+        .encode();
+        let Contact {
+            sock,
+            index,
+            token,
+            peer: card,
+            guard,
+        } = c;
+        let make = |failures| {
+            Conn::new(
+                self.ucp,
+                self.worker,
+                self.efd,
+                &sock,
+                &card,
+                peer,
+                failures,
+            )
+        };
+        let conn = match make(self.ctx.failures())? {
+            Some(c) => c,
+            None => {
+                // UCX's transports here cannot report a peer's failure
+                // (shared memory): the contact socket tells of it instead.
+                tracing::debug!("UCX reports no peer failures here; the contact socket will");
+                self.ctx.no_failures();
+                make(false)?.ok_or(crate::error::Error::NoUcx)?
+            }
+        };
+        guard.keep();
+        self.table.insert(
+            index,
+            Entry {
+                token,
+                slot: id.0,
+                gen: id.1,
+                peer,
+                ep: conn.ep(),
+                tx_control,
+                owed: 0,
+            },
+        );
+        Ok(conn)
+    }
+
+    /// Forgets the connection at (`slot`, `gen`), which is going away.
+    pub(crate) fn forget(&mut self, slot: u32, gen: u32) {
+        let shared = &self.shared;
+        self.table.retain(|i, e| {
+            let gone = e.slot == slot && e.gen == gen;
+            if gone {
+                shared.free(*i);
+            }
+            !gone
+        });
+    }
+
+    /// Prepares to sleep on the worker's descriptor; false when it has
+    /// work now.
+    pub(crate) fn arm(&mut self) -> bool {
+        // SAFETY: a live worker, driven by this thread.
+        let s = unsafe { (self.ucp.worker_arm)(self.worker) };
+        s == ffi::UCS_OK
+    }
+
+    /// The descriptor to poll while sleeping.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.efd
+    }
+
+    /// One pass (see the module's doc); `conn` finds the endpoint's
+    /// connections.
+    pub(crate) fn progress(
+        &mut self,
+        core: &mut Core,
+        mut user: Option<&mut [u8]>,
+        conn: &mut dyn Conns,
+    ) -> Step {
+        // SAFETY: a live worker, driven by this thread.
+        let mut moved = unsafe { (self.ucp.worker_progress)(self.worker) } > 0;
+        self.reap();
+        if let Some(step) = self.datagrams(core, &mut user) {
+            return step;
+        }
+        let limbo = std::mem::take(&mut self.limbo);
+        for (msg, info) in limbo {
+            moved = true;
+            if let Some(step) = self.dispatch(msg, info, core, &mut user, conn, false) {
+                return step;
+            }
+        }
+        for _ in 0..PROBES_PER_PASS {
+            if core.ready.len() >= core.ready_cap {
+                break;
+            }
+            let mut info = ffi::TagRecvInfo::default();
+            // SAFETY: a live worker; `info` is an out-pointer.
+            let msg = unsafe { (self.ucp.tag_probe_nb)(self.worker, 0, 0, 1, &mut info) };
+            if msg.is_null() {
+                break;
+            }
+            moved = true;
+            if let Some(step) = self.dispatch(msg, info, core, &mut user, conn, true) {
+                return step;
+            }
+        }
+        Step::or_moved(moved)
+    }
+
+    /// Hands over the datagrams the handler kept.
+    fn datagrams(&mut self, core: &mut Core, user: &mut Option<&mut [u8]>) -> Option<Step> {
+        // SAFETY: the ring lives as long as the port; the handler touches
+        // it only inside worker progress, which is not running now.
+        let ring = unsafe { &mut *self.ring };
+        core.stats.dropped_datagrams += std::mem::take(&mut ring.dropped);
+        while ring.len > 0 {
+            let slot = ring.head;
+            ring.head = (ring.head + 1) % RING;
+            ring.len -= 1;
+            let data = &ring.data[slot * ring.mtu..slot * ring.mtu + ring.lens[slot]];
+            let from = Tag::decode(ring.tags[slot])
+                .filter(|t| t.kind == TagKind::Datagram)
+                .and_then(|t| self.table.get(&t.index).filter(|e| e.token == t.token));
+            let Some(e) = from else {
+                self.strangers += 1;
+                core.stats.bad_frames += 1;
+                continue;
+            };
+            core.header_seen();
+            let (peer, via) = (e.peer, Some((e.slot, e.gen)));
+            if let Some(buf) = user.as_deref_mut() {
+                if core.ready.is_empty() && buf.len() >= data.len() {
+                    buf[..data.len()].copy_from_slice(data);
+                    core.count_in(data.len());
+                    return Some(Step::Delivered(Recv {
+                        from: peer,
+                        len: data.len(),
+                        kind: RecvKind::Message(Mode::Datagram),
+                        transport: Transport::Ucx,
+                        via,
+                    }));
+                }
+            }
+            match core.stage(data) {
+                Some(chain) => core.ready.push_back(Ready::Msg {
+                    from: peer,
+                    mode: Mode::Datagram,
+                    transport: Transport::Ucx,
+                    len: data.len(),
+                    body: Body::Staged(chain),
+                    via,
+                }),
+                None => core.stats.dropped_datagrams += 1,
+            }
+        }
+        None
+    }
+
+    /// Takes one probed message where it belongs. `fresh`: probed in this
+    /// pass (a message of a connection not known yet gets one more pass).
+    fn dispatch(
+        &mut self,
+        msg: ffi::TagMessage,
+        info: ffi::TagRecvInfo,
+        core: &mut Core,
+        user: &mut Option<&mut [u8]>,
+        conn: &mut dyn Conns,
+        fresh: bool,
+    ) -> Option<Step> {
+        let tag = Tag::decode(info.sender_tag);
+        let known = tag.and_then(|t| self.table.get(&t.index).map(|e| e.token == t.token));
+        let tag = match (tag, known) {
+            (Some(t), Some(true)) => t,
+            (Some(_), None) if fresh => {
+                self.limbo.push((msg, info));
+                return None;
+            }
+            _ => {
+                self.strangers += 1;
+                core.stats.bad_frames += 1;
+                tracing::debug!(
+                    tag = info.sender_tag,
+                    "dropped a UCX message of no connection"
+                );
+                self.discard(msg);
+                return None;
+            }
+        };
+        match tag.kind {
+            TagKind::Data => self.data(msg, info.length, tag.index, core, user, conn),
+            TagKind::Control => {
+                self.control(msg, info.length, tag.index, core, conn);
+                None
+            }
+            TagKind::Datagram => {
+                self.violation(tag.index, core, conn, "a datagram sent as a tagged message");
+                self.discard(msg);
+                None
+            }
+        }
+    }
+
+    /// A reliable message of `len` bytes for connection `index`.
+    fn data(
+        &mut self,
+        msg: ffi::TagMessage,
+        len: usize,
+        index: u16,
+        core: &mut Core,
+        user: &mut Option<&mut [u8]>,
+        conn: &mut dyn Conns,
+    ) -> Option<Step> {
+        if len as u64 > core.max_message {
+            self.violation(
+                index,
+                core,
+                conn,
+                "message larger than the endpoint accepts",
+            );
+            self.discard(msg);
+            return None;
+        }
+        core.header_seen();
+        let e = &self.table[&index];
+        let (peer, via) = (e.peer, Some((e.slot, e.gen)));
+        let fits = user.as_ref().is_some_and(|b| b.len() >= len);
+        if fits && core.ready.is_empty() {
+            let Some(buf) = user.as_deref_mut() else {
+                unreachable!("checked above")
+            };
+            return Some(
+                match self.receive_into(msg, &mut buf[..len], core.completion) {
+                    Ok(()) => {
+                        self.took(index);
+                        core.count_in(len);
+                        Step::Delivered(Recv {
+                            from: peer,
+                            len,
+                            kind: RecvKind::Message(Mode::Reliable),
+                            transport: Transport::Ucx,
+                            via,
+                        })
+                    }
+                    Err(why) => {
+                        self.fail(index, conn, why);
+                        Step::Moved
+                    }
+                },
+            );
+        }
+        let body = match core.pool.reserve(len, &mut self.spaces) {
+            Some(chain) => match self.receive_staged(msg, core.completion) {
+                Ok(()) => {
+                    self.took(index);
+                    Body::Staged(chain)
+                }
+                Err(why) => {
+                    core.pool.release(chain);
+                    self.fail(index, conn, why);
+                    return None;
+                }
+            },
+            None => Body::Pending(Pending { msg, index }),
+        };
+        core.ready.push_back(Ready::Msg {
+            from: peer,
+            mode: Mode::Reliable,
+            transport: Transport::Ucx,
+            len,
+            body,
+            via,
+        });
+        None
+    }
+
+    /// Receives a pending message into `buf` (its length), once the
+    /// application reads it. The error names why it could not be had.
+    pub(crate) fn receive(&mut self, m: Pending, buf: &mut [u8]) -> Result<(), String> {
+        // The reader waits for it, polling: it is the next thing read.
+        self.receive_into(m.msg, buf, Completion::Poll)?;
+        self.took(m.index);
+        Ok(())
+    }
+
+    /// Receives `msg` into `buf`, waiting until it is all there.
+    fn receive_into(
+        &mut self,
+        msg: ffi::TagMessage,
+        buf: &mut [u8],
+        completion: Completion,
+    ) -> Result<(), String> {
+        let p = ffi::RequestParam::new();
+        // SAFETY: `msg` was probed off this worker and not received yet;
+        // `buf` is writable for its length and outlives the receive, which
+        // is complete when `wait` returns.
+        let r = unsafe {
+            (self.ucp.tag_msg_recv_nbx)(self.worker, buf.as_mut_ptr().cast(), buf.len(), msg, &p)
+        };
+        self.wait(r, completion)
+    }
+
+    /// Receives `msg` into the pool tokens `reserve` just gave out.
+    fn receive_staged(
+        &mut self,
+        msg: ffi::TagMessage,
+        completion: Completion,
+    ) -> Result<(), String> {
+        self.iov.clear();
+        self.iov
+            .extend(self.spaces.iter().map(|&(p, n)| ffi::DtIov {
+                buffer: p.cast(),
+                length: n,
+            }));
+        let mut p = ffi::RequestParam::new();
+        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ffi::UCP_DATATYPE_IOV;
+        // SAFETY: `msg` was probed off this worker; the iovecs name pool
+        // tokens reserved for this message, writable, alive while the
+        // endpoint lives, and the receive is complete when `wait` returns.
+        let r = unsafe {
+            (self.ucp.tag_msg_recv_nbx)(
+                self.worker,
+                self.iov.as_ptr() as *mut c_void,
+                self.iov.len(),
+                msg,
+                &p,
+            )
+        };
+        self.wait(r, completion)
+    }
+
+    /// Waits for an operation of this worker to end: spinning while
+    /// polling, sleeping on the worker's descriptor while waiting.
+    fn wait(&mut self, r: ffi::StatusPtr, completion: Completion) -> Result<(), String> {
+        let req = match ffi::posted(r) {
+            Posted::Done => return Ok(()),
+            Posted::Failed(s) => return Err(self.ucp.describe(s)),
+            Posted::Request(req) => req,
+        };
+        loop {
+            // SAFETY: a live request of this worker.
+            let s = unsafe { (self.ucp.request_check_status)(req) };
+            if s != ffi::UCS_INPROGRESS {
+                // SAFETY: complete; freed once.
+                unsafe { (self.ucp.request_free)(req) };
+                return if s == ffi::UCS_OK {
+                    Ok(())
+                } else {
+                    Err(self.ucp.describe(s))
+                };
+            }
+            // SAFETY: a live worker, driven by this thread.
+            let did = unsafe { (self.ucp.worker_progress)(self.worker) };
+            if did == 0 && completion == Completion::Wait && self.arm() {
+                let _ = sys::wait_fd(self.efd, Interest::Read, Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Counts a message taken off UCX for connection `index`; sends its
+    /// sender credit once half of what it may send is taken.
+    fn took(&mut self, index: u16) {
+        let Some(e) = self.table.get_mut(&index) else {
+            return;
+        };
+        e.owed += 1;
+        if e.owed >= CREDITS / 2 {
+            let mut h = Header::new(FrameKind::Credit);
+            h.offset = u64::from(std::mem::take(&mut e.owed));
+            let (ep, tag) = (e.ep, e.tx_control);
+            self.send(ep, tag, &h, &[]);
+        }
+    }
+
+    /// A control message of `len` bytes for connection `index`.
+    fn control(
+        &mut self,
+        msg: ffi::TagMessage,
+        len: usize,
+        index: u16,
+        core: &mut Core,
+        conn: &mut dyn Conns,
+    ) {
+        if !(HEADER_LEN..=MAX_CONTROL).contains(&len) {
+            self.violation(index, core, conn, "control message of a wrong size");
+            self.discard(msg);
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.control);
+        let got = self.receive_into(msg, &mut buf[..len], Completion::Poll);
+        let done = match got {
+            Ok(()) => self.answer(&buf[..len], index, core, conn),
+            Err(why) => {
+                self.fail(index, conn, why);
+                Ok(())
+            }
+        };
+        self.control = buf;
+        if let Err(what) = done {
+            self.violation(index, core, conn, what);
+        }
+    }
+
+    /// Does what a control message asks.
+    fn answer(
+        &mut self,
+        b: &[u8],
+        index: u16,
+        core: &mut Core,
+        conn: &mut dyn Conns,
+    ) -> Result<(), &'static str> {
+        let h = Header::decode(b).map_err(|_| "malformed control header")?;
+        let payload = &b[HEADER_LEN..];
+        if h.len as usize != payload.len() {
+            return Err("control header and payload disagree");
+        }
+        let e = &self.table[&index];
+        let (slot, gen, peer, ep, tag) = (e.slot, e.gen, e.peer, e.ep, e.tx_control);
+        match h.kind {
+            FrameKind::RegionQuery => {
+                let mut a = Header::new(FrameKind::RegionInfo);
+                a.key = h.key;
+                let mut body = Vec::new();
+                match core.regions.export_ucx(h.key, &self.ctx, (slot, gen)) {
+                    Ok((len, base, rkey)) => {
+                        a.total = len as u64;
+                        body.extend_from_slice(&base.to_le_bytes());
+                        body.extend_from_slice(rkey);
+                    }
+                    Err(r) => {
+                        if r == Refusal::BadKey {
+                            core.stats.puts_refused += 1;
+                        }
+                        a.offset = r.code();
+                    }
+                }
+                self.send(ep, tag, &a, &body);
+            }
+            FrameKind::RegionInfo => {
+                let answer = if h.offset != 0 {
+                    Err(Refusal::from_code(h.offset))
+                } else {
+                    let base = payload
+                        .get(..8)
+                        .ok_or("region answer without its address")?;
+                    let mut b8 = [0u8; 8];
+                    b8.copy_from_slice(base);
+                    Ok(RegionAnswer::Ucx {
+                        key: h.key,
+                        len: usize::try_from(h.total).map_err(|_| "region too large")?,
+                        base: u64::from_le_bytes(b8),
+                        rkey: payload[8..].to_vec(),
+                    })
+                };
+                if let Some(c) = conn.get(slot, gen) {
+                    c.control().region_reply = Some(answer);
+                }
+            }
+            FrameKind::PutDone => match core.regions.check(h.key, h.offset, h.total) {
+                Ok(_) => {
+                    core.stats.bytes_in += h.total;
+                    if h.flags.contains(Flags::NOTIFY) {
+                        core.ready.push_back(Ready::Placed {
+                            from: peer,
+                            transport: Transport::Ucx,
+                            via: Some((slot, gen)),
+                            key: RegionKey(h.key),
+                            offset: h.offset,
+                            len: h.total as usize,
+                        });
+                    }
+                }
+                Err(r) => {
+                    core.stats.bad_frames += 1;
+                    tracing::warn!(%peer, "put notice for no region: {r}");
+                }
+            },
+            FrameKind::Revoke => {
+                let c = conn
+                    .get(slot, gen)
+                    .ok_or("revocation on a connection that is gone")?;
+                if let Err(e) = c.revoke(h.key) {
+                    c.fail(e.to_string());
+                    return Ok(());
+                }
+                let mut a = Header::new(FrameKind::Revoked);
+                a.key = h.key;
+                self.send(ep, tag, &a, &[]);
+            }
+            FrameKind::Revoked => core.regions.released(Some(h.key), slot, gen),
+            FrameKind::Credit => {
+                let n = u32::try_from(h.offset).map_err(|_| "credit out of range")?;
+                if let Some(c) = conn.get(slot, gen) {
+                    c.grant(n);
+                }
+            }
+            _ => return Err("a frame that is not a UCX control message"),
+        }
+        Ok(())
+    }
+
+    /// Sends a control message to a peer from here (answers and credit
+    /// cannot wait for the endpoint's next write), keeping its bytes until
+    /// UCX is done with them.
+    fn send(&mut self, ep: ffi::Ep, tag: u64, h: &Header, payload: &[u8]) {
+        let mut h = *h;
+        h.len = payload.len() as u32;
+        let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+        bytes.extend_from_slice(&h.encode());
+        bytes.extend_from_slice(payload);
+        let p = ffi::RequestParam::new();
+        // SAFETY: `ep` belongs to a live connection of this worker (entries
+        // go when their connection does); `bytes` stays alive in `sending`
+        // until the request completes.
+        let r = unsafe { (self.ucp.tag_send_nbx)(ep, bytes.as_ptr().cast(), bytes.len(), tag, &p) };
+        match ffi::posted(r) {
+            Posted::Done => {}
+            Posted::Request(req) => self.sending.push((req, bytes)),
+            Posted::Failed(s) => {
+                tracing::debug!("a UCX control message failed: {}", self.ucp.describe(s))
+            }
+        }
+    }
+
+    /// Frees what UCX is done sending.
+    fn reap(&mut self) {
+        let ucp = self.ucp;
+        self.sending.retain(|&(req, _)| {
+            // SAFETY: a live request of this worker.
+            let s = unsafe { (ucp.request_check_status)(req) };
+            if s == ffi::UCS_INPROGRESS {
+                return true;
+            }
+            // SAFETY: complete; freed once.
+            unsafe { (ucp.request_free)(req) };
+            false
+        });
+    }
+
+    /// Takes a message off UCX and drops it.
+    fn discard(&mut self, msg: ffi::TagMessage) {
+        let mut sink = [0u8; 8];
+        // Too small on purpose: UCX ends it as truncated and lets it go.
+        let _ = self.receive_into(msg, &mut sink[..0], Completion::Poll);
+    }
+
+    /// A peer broke the protocol: its connection ends.
+    fn violation(&mut self, index: u16, core: &mut Core, conn: &mut dyn Conns, what: &str) {
+        core.stats.bad_frames += 1;
+        if let Some(e) = self.table.get(&index) {
+            tracing::warn!(peer = %e.peer, "protocol violation: {what}; closing the connection");
+        }
+        self.fail(index, conn, format!("protocol violation: {what}"));
+    }
+
+    /// Ends connection `index`: its next progress reports it lost.
+    fn fail(&mut self, index: u16, conn: &mut dyn Conns, why: String) {
+        if let Some(e) = self.table.get(&index) {
+            if let Some(c) = conn.get(e.slot, e.gen) {
+                c.fail(why);
+            }
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for (req, _) in std::mem::take(&mut self.sending) {
+            // SAFETY: a live request of this worker, cancelled and waited
+            // for (its connection is closed by now, which ends it soon).
+            unsafe {
+                (self.ucp.request_cancel)(self.worker, req);
+                finish(self.ucp, self.worker, req, Some(deadline));
+            }
+        }
+        // Probed messages not received: UCX frees them with the worker.
+        self.limbo.clear();
+        // SAFETY: every connection of this worker was closed before the
+        // port drops (the endpoint drops its connections first); the ring
+        // is freed only after the worker, whose handler used it, is gone.
+        unsafe {
+            (self.ucp.worker_destroy)(self.worker);
+            drop(Box::from_raw(self.ring));
+        }
+    }
+}

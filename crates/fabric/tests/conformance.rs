@@ -1,0 +1,636 @@
+//! What every transport must do, in one suite: each case runs over shm,
+//! tcp, udp and UCX (over UCX's own tcp, and over its shared memory), and
+//! asks of each what its [`Caps`] promise: a connected transport carries
+//! reliable messages of any size in order and puts; a datagram transport
+//! carries one MTU, and refuses the rest by name.
+//!
+//! The UCX runs need libucp (Debian: `libucx0`); where it is missing they
+//! say so and pass, unless `MACROLINK_REQUIRE_UCX=1` (CI), where they fail.
+
+mod common;
+
+use macrolink_fabric::{
+    Addr, Caps, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind,
+    Refusal, RegionKey, Target, Transport, UcxOptions,
+};
+use macrolink_testbed::data::pattern;
+use macrolink_testbed::ready::Line;
+use macrolink_testbed::{require, Peer};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A transport as the suite runs it.
+#[derive(Clone, Copy, Debug)]
+struct Kind {
+    transport: Transport,
+    /// UCX's transports, for UCX.
+    tls: Option<&'static str>,
+}
+
+impl Kind {
+    const fn plain(transport: Transport) -> Kind {
+        Kind {
+            transport,
+            tls: None,
+        }
+    }
+
+    const fn ucx(tls: &'static str) -> Kind {
+        Kind {
+            transport: Transport::Ucx,
+            tls: Some(tls),
+        }
+    }
+
+    fn caps(self) -> Caps {
+        self.transport.caps()
+    }
+
+    /// The mode messages go in: reliable where the transport connects.
+    fn mode(self) -> Mode {
+        if self.caps().connected {
+            Mode::Reliable
+        } else {
+            Mode::Datagram
+        }
+    }
+
+    fn config(self, id: u32, dir: &std::path::Path) -> NodeConfig {
+        let mut c = NodeConfig::local(id, dir);
+        c.ucx = self.tls.map(|tls| UcxOptions {
+            tls: Some(tls.into()),
+            devices: None,
+        });
+        c
+    }
+
+    /// A node of this kind, or `None` where UCX is missing (and need not
+    /// be there).
+    fn node(self, id: u32, dir: &std::path::Path) -> Option<Node> {
+        let started = Node::start(self.config(id, dir));
+        if self.tls.is_some() {
+            require::ucx(started)
+        } else {
+            Some(started.unwrap())
+        }
+    }
+}
+
+/// Two nodes of one kind that know each other: 1 and 2.
+struct Pair {
+    kind: Kind,
+    a: Node,
+    b: Node,
+    _dir: tempfile::TempDir,
+}
+
+impl Pair {
+    fn new(kind: Kind) -> Option<Pair> {
+        let dir = tempfile::tempdir().unwrap();
+        let a = kind.node(1, dir.path())?;
+        let b = kind.node(2, dir.path())?;
+        a.add_peer(2, b.tcp_addr().unwrap());
+        b.add_peer(1, a.tcp_addr().unwrap());
+        Some(Pair {
+            kind,
+            a,
+            b,
+            _dir: dir,
+        })
+    }
+
+    fn target(&self, ep: &mut Endpoint, to: Addr, mode: Mode) -> Target {
+        ep.target_via(to, mode, self.kind.transport)
+            .unwrap_or_else(|e| panic!("{}: target {to} in {mode} mode: {e}", self.kind.transport))
+    }
+}
+
+fn cfg(completion: Completion) -> EndpointConfig {
+    EndpointConfig {
+        completion,
+        ..EndpointConfig::default()
+    }
+}
+
+/// Answers every message with itself, over the connection it came on,
+/// until `count` are answered.
+fn echo(mut e: Endpoint, count: usize) -> thread::JoinHandle<Endpoint> {
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 5 << 20];
+        for _ in 0..count {
+            let r = e.read(&mut buf).unwrap();
+            let RecvKind::Message(mode) = r.kind else {
+                panic!("unexpected {r:?}")
+            };
+            let t = e.reply_target(&r, mode).unwrap();
+            e.write(t, &buf[..r.len]).unwrap();
+        }
+        e
+    })
+}
+
+/// Reads one message within `limit` (a datagram may never come).
+fn read_within(e: &mut Endpoint, buf: &mut [u8], limit: Duration) -> Option<usize> {
+    e.read_timeout(buf, limit).unwrap().map(|r| r.len)
+}
+
+fn sizes(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let caps = kind.caps();
+    let sizes: Vec<usize> = if caps.connected {
+        vec![
+            0,
+            1,
+            7,
+            64,
+            1000,
+            4096,
+            65536,
+            1 << 20,
+            (1 << 20) + 1,
+            4 << 20,
+        ]
+    } else {
+        vec![0, 1, 7, 64, 1000, p.a.datagram_mtu()]
+    };
+    let h = echo(p.b.open(5, cfg(Completion::Wait)).unwrap(), sizes.len());
+    let mut e = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    let t = p.target(&mut e, Addr::new(2, 5), kind.mode());
+    let mut buf = vec![0u8; 4 << 20];
+    for (i, &n) in sizes.iter().enumerate() {
+        let msg = pattern(n, i as u64);
+        e.write(t, &msg).unwrap();
+        let got = read_within(&mut e, &mut buf, Duration::from_secs(20)).expect("an answer");
+        assert_eq!(got, n, "{}: {n} bytes", kind.transport);
+        assert_eq!(
+            blake3::hash(&buf[..n]),
+            blake3::hash(&msg),
+            "{}: {n} bytes",
+            kind.transport
+        );
+    }
+    h.join().unwrap();
+}
+
+fn order(kind: Kind) {
+    const N: u64 = 10_000;
+    let Some(p) = Pair::new(kind) else { return };
+    let mut rx = p.b.open(5, cfg(Completion::Wait)).unwrap();
+    let mut tx = p.a.open(7, cfg(Completion::Poll)).unwrap();
+    let t = p.target(&mut tx, Addr::new(2, 5), kind.mode());
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        let mut seen = Vec::new();
+        while let Some(n) = read_within(&mut rx, &mut buf, Duration::from_secs(2)) {
+            let i = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            assert_eq!(&buf[8..n], &pattern(n - 8, i)[..], "message {i} intact");
+            seen.push(i);
+            if i == N - 1 && seen.len() as u64 == N {
+                break;
+            }
+        }
+        seen
+    });
+    for i in 0..N {
+        let mut m = i.to_le_bytes().to_vec();
+        m.extend_from_slice(&pattern((i % 57) as usize, i));
+        tx.write(t, &m).unwrap();
+    }
+    let seen = reader.join().unwrap();
+    if kind.caps().ordered && kind.caps().reliable {
+        assert_eq!(seen, (0..N).collect::<Vec<_>>(), "{}", kind.transport);
+    } else {
+        // Unreliable: some may be lost, none twice, none made up.
+        let mut s = seen.clone();
+        s.sort_unstable();
+        s.dedup();
+        assert_eq!(s.len(), seen.len(), "a datagram arrived twice");
+        assert!(!seen.is_empty() && s.iter().all(|&i| i < N));
+    }
+}
+
+fn many(kind: Kind) {
+    const ENDPOINTS: u32 = 64;
+    let Some(p) = Pair::new(kind) else { return };
+    let h = echo(
+        p.b.open(5, cfg(Completion::Wait)).unwrap(),
+        ENDPOINTS as usize,
+    );
+    let mut eps: Vec<(Endpoint, Target)> = (0..ENDPOINTS)
+        .map(|i| {
+            let mut e = p.a.open(100 + i, cfg(Completion::Wait)).unwrap();
+            let t = p.target(&mut e, Addr::new(2, 5), kind.mode());
+            (e, t)
+        })
+        .collect();
+    for (i, (e, t)) in eps.iter_mut().enumerate() {
+        e.write(*t, &pattern(100, i as u64)).unwrap();
+    }
+    let mut buf = [0u8; 256];
+    for (i, (e, _)) in eps.iter_mut().enumerate() {
+        let n = read_within(e, &mut buf, Duration::from_secs(20)).expect("an answer");
+        assert_eq!(&buf[..n], &pattern(100, i as u64)[..], "endpoint {i}");
+    }
+    h.join().unwrap();
+}
+
+/// The child process of [`killed`]: a node 2 with an echo on endpoint 5,
+/// of the kind its environment names; it prints its ready line and serves
+/// until it is killed. A test of its own that does nothing without that
+/// environment.
+#[test]
+fn peer_process() {
+    let Ok(kind) = std::env::var("ML_CONFORMANCE_PEER") else {
+        return;
+    };
+    let kind = match kind.as_str() {
+        "shm" => Kind::plain(Transport::Shm),
+        "tcp" => Kind::plain(Transport::Tcp),
+        "udp" => Kind::plain(Transport::Udp),
+        k => Kind::ucx(Box::leak(
+            k.trim_start_matches("ucx:").to_string().into_boxed_str(),
+        )),
+    };
+    // Gone with the test that started it, whatever becomes of that.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL)).unwrap();
+    let dir = std::env::var("ML_CONFORMANCE_DIR").unwrap();
+    let node = kind.node(2, dir.as_ref()).expect("the parent checked");
+    let e = node.open(5, cfg(Completion::Wait)).unwrap();
+    // The test harness has begun a line ("test peer_process ... ").
+    println!();
+    Line::node(2, node.tcp_addr()).print().unwrap();
+    let _ = echo(e, usize::MAX).join();
+}
+
+fn killed(kind: Kind) {
+    let _watch = common::watchdog(60, "a killed peer");
+    let dir = tempfile::tempdir().unwrap();
+    let Some(a) = kind.node(1, dir.path()) else {
+        return;
+    };
+    let name = match kind.tls {
+        Some(tls) => format!("ucx:{tls}"),
+        None => kind.transport.to_string(),
+    };
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["peer_process", "--exact", "--nocapture", "--test-threads=1"])
+        .env("ML_CONFORMANCE_PEER", name)
+        .env("ML_CONFORMANCE_DIR", dir.path());
+    let mut peer = Peer::spawn_cmd(cmd).unwrap();
+    a.add_peer(2, peer.tcp);
+    let mut e = a.open(7, cfg(Completion::Wait)).unwrap();
+    let t = e
+        .target_via(Addr::new(2, 5), kind.mode(), kind.transport)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    e.write(t, b"before").unwrap();
+    let n = read_within(&mut e, &mut buf, Duration::from_secs(20)).expect("an answer");
+    assert_eq!(&buf[..n], b"before");
+    peer.kill();
+    if !kind.caps().connected {
+        // Datagrams have no connection to lose: they are just not answered.
+        let _ = e.write(t, b"after");
+        assert_eq!(
+            read_within(&mut e, &mut buf, Duration::from_millis(300)),
+            None
+        );
+        return;
+    }
+    // The loss shows on the next write or read, as a loss, never a hang.
+    let err = match e.write(t, b"after") {
+        Err(err) => err,
+        Ok(()) => e.read(&mut buf).expect_err("no answer from a dead peer"),
+    };
+    assert!(
+        matches!(err, Error::PeerLost { peer, .. } if peer == Addr::new(2, 5)),
+        "{}: {err}",
+        kind.transport
+    );
+}
+
+/// The bytes of a registered region, copied out.
+fn region(e: &Endpoint, key: RegionKey) -> Vec<u8> {
+    let mut b = vec![0u8; e.region_len(key).unwrap()];
+    e.read_region(key, 0, &mut b).unwrap();
+    b
+}
+
+fn puts(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let mut init = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    if !kind.caps().connected {
+        assert!(matches!(
+            init.target_via(Addr::new(2, 5), Mode::Put, kind.transport),
+            Err(Error::Unsupported { .. })
+        ));
+        return;
+    }
+    let mut target = p.b.open(5, cfg(Completion::Wait)).unwrap();
+    let key = target.register(16384).unwrap();
+    target.write_region(key, 0, &[0xee; 16384]).unwrap();
+    let before = blake3::hash(&region(&target, key));
+    let t = p.target(&mut init, Addr::new(2, 5), Mode::Put);
+    // The target reads: it answers what needs an answer, and is told of
+    // the puts that ask for it.
+    let serve = thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        let mut placed = Vec::new();
+        while placed.len() < 2 {
+            let r = target.read(&mut buf).unwrap();
+            if let RecvKind::PutPlaced { key, offset } = r.kind {
+                let mut got = vec![0u8; r.len];
+                target.read_region(key, offset as usize, &mut got).unwrap();
+                placed.push((offset, got));
+            }
+        }
+        (target, placed)
+    });
+    let data = pattern(4096, 9);
+    let refusals = [
+        (RegionKey(key.0 ^ 0x55), 0, Refusal::BadKey),
+        (key, 16384 - 4095, Refusal::OutOfBounds),
+        (key, u64::MAX - 10, Refusal::OutOfBounds),
+    ];
+    for (k, offset, why) in refusals {
+        match init.put_wait(t, &data, offset, k, true) {
+            Err(Error::PutRefused(r)) => assert_eq!(r, why, "{}", kind.transport),
+            other => panic!("{}: {other:?}", kind.transport),
+        }
+    }
+    let mut scratch = macrolink_fabric::IoBuf::new(0).unwrap();
+    let failed = init.put_from(t, 5000, 0, key, true, &mut scratch, |_| {
+        Err(std::io::Error::other("disk went away"))
+    });
+    assert!(matches!(failed, Err(Error::Io(_))), "{failed:?}");
+    // Accepted, with notification: a plain put and one filled in place.
+    init.put_wait(t, &data, 100, key, true).unwrap();
+    let filled = pattern(5000, 3);
+    let h = init
+        .put_from(t, 5000, 4300, key, true, &mut scratch, |dst| {
+            dst.copy_from_slice(&filled);
+            Ok(())
+        })
+        .unwrap();
+    init.wait_put(h).unwrap();
+    let (mut target, placed) = serve.join().unwrap();
+    assert_eq!(placed, [(100, data.clone()), (4300, filled.clone())]);
+    let r = region(&target, key);
+    assert_eq!(&r[100..4196], &data[..]);
+    assert_eq!(&r[4300..9300], &filled[..]);
+    assert!(target.stats().puts_refused >= 1);
+    // The refusals changed nothing: only the two puts did.
+    let mut expect = vec![0xee; 16384];
+    expect[100..4196].copy_from_slice(&data);
+    expect[4300..9300].copy_from_slice(&filled);
+    assert_ne!(blake3::hash(&expect), before);
+    assert_eq!(blake3::hash(&r), blake3::hash(&expect));
+    assert!(matches!(
+        init.write(t, b"x"),
+        Err(Error::WrongMode(Mode::Put))
+    ));
+    // After deregister, a put is refused (over UCX once the target has
+    // told the initiator, which it does at once).
+    let serve = thread::spawn(move || {
+        target.deregister(key).unwrap();
+        let mut buf = [0u8; 16];
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let _ = target.read_timeout(&mut buf, Duration::from_millis(20));
+        }
+        target
+    });
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let refused = loop {
+        match init.put_wait(t, b"late", 100, key, false) {
+            Err(Error::PutRefused(r)) => break r,
+            Ok(()) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            other => panic!("{}: {other:?}", kind.transport),
+        }
+    };
+    assert_eq!(refused, Refusal::BadKey, "{}", kind.transport);
+    let target = serve.join().unwrap();
+    assert!(target.region_len(key).is_none());
+}
+
+fn datagrams(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let mtu = p.a.datagram_mtu();
+    let h = echo(p.b.open(5, cfg(Completion::Wait)).unwrap(), 2);
+    let mut e = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    let t = p.target(&mut e, Addr::new(2, 5), Mode::Datagram);
+    let mut buf = vec![0u8; mtu + 1];
+    for n in [mtu, 1] {
+        let msg = pattern(n, 4);
+        e.write(t, &msg).unwrap();
+        let r = e
+            .read_timeout(&mut buf, Duration::from_secs(10))
+            .unwrap()
+            .expect("an answer");
+        assert_eq!(r.kind, RecvKind::Message(Mode::Datagram));
+        assert_eq!(r.transport, kind.transport);
+        assert_eq!(&buf[..r.len], &msg[..]);
+    }
+    let err = e.write(t, &vec![0u8; mtu + 1]).unwrap_err();
+    assert!(
+        matches!(err, Error::TooLarge { len, mtu: m } if len == mtu + 1 && m == mtu),
+        "{err}"
+    );
+    h.join().unwrap();
+}
+
+fn completions(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let both = [Completion::Poll, Completion::Wait];
+    for (i, (ca, cb)) in both
+        .iter()
+        .flat_map(|a| both.iter().map(move |b| (*a, *b)))
+        .enumerate()
+    {
+        let h = echo(p.b.open(10 + i as u32, cfg(cb)).unwrap(), 300);
+        let mut e = p.a.open(20 + i as u32, cfg(ca)).unwrap();
+        let t = p.target(&mut e, Addr::new(2, 10 + i as u32), kind.mode());
+        let mut buf = [0u8; 8];
+        let mut answered = 0;
+        for n in 0..300u64 {
+            e.write(t, &n.to_le_bytes()).unwrap();
+            if read_within(&mut e, &mut buf, Duration::from_secs(5)) == Some(8) {
+                assert_eq!(u64::from_le_bytes(buf), n, "{ca} beside {cb}");
+                answered += 1;
+            }
+        }
+        if kind.caps().reliable {
+            assert_eq!(answered, 300, "{ca} beside {cb}");
+            h.join().unwrap();
+        } else {
+            assert!(answered > 0, "{ca} beside {cb}");
+        }
+    }
+}
+
+fn small_pool(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    if !kind.caps().connected {
+        return;
+    }
+    let small = EndpointConfig {
+        completion: Completion::Wait,
+        tokens: 4,
+        token_size: 4096,
+        ..EndpointConfig::default()
+    };
+    let mut rx = p.b.open(5, small).unwrap();
+    let mut tx = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    let t = p.target(&mut tx, Addr::new(2, 5), Mode::Reliable);
+    let msgs: Vec<Vec<u8>> = (0..3).map(|i| pattern(300_000, i)).collect();
+    let sender = {
+        let msgs = msgs.clone();
+        thread::spawn(move || {
+            for m in &msgs {
+                tx.write(t, m).unwrap();
+            }
+            tx
+        })
+    };
+    // A small buffer first: refused, and the message stays.
+    let err = rx
+        .read(&mut [0u8; 10])
+        .expect_err("10 bytes cannot hold it");
+    assert!(
+        matches!(
+            err,
+            Error::BufferTooSmall {
+                needed: 300_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut buf = vec![0u8; 300_000];
+    for m in &msgs {
+        let r = rx.read(&mut buf).unwrap();
+        assert_eq!(r.len, m.len());
+        assert!(buf == *m);
+    }
+    drop(sender.join().unwrap());
+}
+
+fn over_limit(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    if !kind.caps().connected {
+        return;
+    }
+    let limited = EndpointConfig {
+        max_message: 1000,
+        ..cfg(Completion::Wait)
+    };
+    let mut rx = p.b.open(5, limited).unwrap();
+    let mut tx = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    let t = p.target(&mut tx, Addr::new(2, 5), Mode::Reliable);
+    let send = move |mut tx: Endpoint| {
+        tx.write(t, &[1u8; 1000]).unwrap();
+        tx.write(t, &[2u8; 1001]).unwrap();
+        tx
+    };
+    // Where a write waits for the peer's progress, the reader must be
+    // reading meanwhile; elsewhere both writes return before it reads.
+    let writer = if kind.caps().sends_wait_for_peer {
+        Some(thread::spawn(move || send(tx)))
+    } else {
+        drop(send(tx));
+        None
+    };
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(rx.read(&mut buf).unwrap().len, 1000);
+    let err = rx.read(&mut buf).unwrap_err();
+    assert!(
+        matches!(&err, Error::PeerLost { reason, .. } if reason.contains("larger")),
+        "{err}"
+    );
+    assert_eq!(rx.stats().bad_frames, 1);
+    if let Some(w) = writer {
+        drop(w.join().unwrap());
+    }
+}
+
+fn unknown(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let mut e = p.a.open(7, cfg(Completion::Wait)).unwrap();
+    let err = e
+        .target_via(Addr::new(2, 99), kind.mode(), kind.transport)
+        .unwrap_err();
+    assert!(matches!(err, Error::NoSuchEndpoint(_)), "{err}");
+    if !kind.caps().connected {
+        assert!(matches!(
+            e.target_via(Addr::new(2, 5), Mode::Reliable, kind.transport),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+}
+
+macro_rules! suite {
+    ($($name:ident = $kind:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            const KIND: Kind = $kind;
+
+            #[test]
+            fn sizes_0_b_to_4_mib_arrive_whole() {
+                sizes(KIND)
+            }
+
+            #[test]
+            fn order_holds_over_10000_messages() {
+                order(KIND)
+            }
+
+            #[test]
+            fn sixty_four_endpoints_at_once() {
+                many(KIND)
+            }
+
+            #[test]
+            fn a_killed_peer_is_a_loss_not_a_hang() {
+                killed(KIND)
+            }
+
+            #[test]
+            fn puts_land_and_refusals_change_nothing() {
+                puts(KIND)
+            }
+
+            #[test]
+            fn datagrams_are_one_mtu_at_most() {
+                datagrams(KIND)
+            }
+
+            #[test]
+            fn polling_and_waiting_completion() {
+                completions(KIND)
+            }
+
+            #[test]
+            fn a_small_pool_still_carries_large_messages() {
+                small_pool(KIND)
+            }
+
+            #[test]
+            fn a_message_over_the_limit_ends_the_connection() {
+                over_limit(KIND)
+            }
+
+            #[test]
+            fn an_unknown_endpoint_is_refused() {
+                unknown(KIND)
+            }
+        }
+    )*};
+}
+
+suite! {
+    shm = Kind::plain(Transport::Shm);
+    tcp = Kind::plain(Transport::Tcp);
+    udp = Kind::plain(Transport::Udp);
+    ucx_tcp = Kind::ucx("tcp");
+    ucx_sm = Kind::ucx("sm,self");
+}
