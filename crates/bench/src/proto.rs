@@ -114,7 +114,12 @@ fn pick<T: Copy>(all: &[T], field: &'static str, c: u8) -> Result<T, ProtoError>
 }
 
 const MODES: [Mode; 3] = [Mode::Datagram, Mode::Reliable, Mode::Put];
-const TRANSPORTS: [Transport; 3] = [Transport::Shm, Transport::Tcp, Transport::Udp];
+const TRANSPORTS: [Transport; 4] = [
+    Transport::Shm,
+    Transport::Tcp,
+    Transport::Udp,
+    Transport::Ucx,
+];
 const COMPLETIONS: [Completion; 2] = [Completion::Poll, Completion::Wait];
 
 impl Start {

@@ -4,7 +4,7 @@ use macrolink_fabric::{
     Addr, Completion, Endpoint, EndpointConfig, Error, IoBuf, Mode, Node, RecvKind, RegionKey,
     Result, Target, Transport,
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::{clock_ns, Mark};
 use crate::proto::{Done, Start, Test};
@@ -33,6 +33,8 @@ pub struct Server {
     data: Endpoint,
     key: RegionKey,
     buf: IoBuf,
+    /// When the run being served must be over.
+    deadline: Instant,
 }
 
 impl Server {
@@ -46,6 +48,7 @@ impl Server {
             data,
             key,
             buf: IoBuf::new(8 << 20)?,
+            deadline: Instant::now(),
         })
     }
 
@@ -97,9 +100,10 @@ impl Server {
         self.ctl.write(reply, &done.encode())
     }
 
+    /// The next message of the run, by the run's deadline.
     fn read(&mut self) -> Result<macrolink_fabric::Recv> {
         self.data
-            .read_timeout(&mut self.buf, PATIENCE)?
+            .read_by(&mut self.buf, self.deadline)?
             .ok_or(Error::Timeout)
     }
 
@@ -115,6 +119,9 @@ impl Server {
     fn run(&mut self, s: &Start, peer: Addr) -> Result<Done> {
         let size = s.size as usize;
         self.buf.ensure(size)?;
+        // One deadline for the run, not a clock read per message.
+        self.deadline =
+            Instant::now() + PATIENCE + Duration::from_micros(s.count.saturating_mul(100));
         let mut done = Done::default();
         if s.transport == Transport::Udp && s.test != Test::Bandwidth {
             // The initiator's sync datagram tells us where it is.
@@ -210,11 +217,11 @@ impl Server {
     }
 }
 
-/// Which control transport carries a run over `t` (udp runs are steered over tcp).
+/// Which control transport carries a run over `t` (udp and ucx runs are
+/// steered over tcp).
 pub fn control_transport(t: Transport) -> Transport {
-    if t == Transport::Udp {
-        Transport::Tcp
-    } else {
-        t
+    match t {
+        Transport::Udp | Transport::Ucx => Transport::Tcp,
+        t => t,
     }
 }

@@ -8,7 +8,7 @@
 //!   drop                           ── Quit, then a child has 2 s to exit before it is killed
 //! ```
 
-use macrolink_fabric::{Node, NodeConfig};
+use macrolink_fabric::{Node, NodeConfig, UcxOptions};
 use macrolink_testbed::Peer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -32,13 +32,30 @@ impl Session {
     /// Starts a target (the binary `exe`, unless `connect` names one
     /// elsewhere) and the initiator.
     pub fn open(exe: &Path, connect: Option<SocketAddr>) -> anyhow::Result<Session> {
+        Session::open_with(exe, connect, None)
+    }
+
+    /// As [`open`](Self::open), both sides with UCX (`ucx`) when asked.
+    pub fn open_with(
+        exe: &Path,
+        connect: Option<SocketAddr>,
+        ucx: Option<&UcxOptions>,
+    ) -> anyhow::Result<Session> {
         let (target, dir, tcp) = match connect {
             Some(a) => (None, None, a),
             None => {
                 let dir =
                     std::env::temp_dir().join(format!("macrolink-bench-{}", std::process::id()));
                 std::fs::create_dir_all(&dir)?;
-                let p = Peer::spawn_role(exe, "bench serve", TARGET_NODE, &dir, &[])?;
+                let mut extra = Vec::new();
+                if let Some(u) = ucx {
+                    extra.push("--ucx".to_string());
+                    if let Some(t) = &u.tls {
+                        extra.extend(["--ucx-tls".to_string(), t.clone()]);
+                    }
+                }
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                let p = Peer::spawn_role(exe, "bench serve", TARGET_NODE, &dir, &extra)?;
                 let tcp = p.tcp;
                 (Some(p), Some(dir), tcp)
             }
@@ -55,6 +72,7 @@ impl Session {
             cfg.udp = Some(source_toward(a)?);
         }
         cfg.peers.insert(TARGET_NODE, tcp);
+        cfg.ucx = ucx.cloned();
         let node = Node::start(cfg)?;
         let client = Client::new(&node, TARGET_NODE)?;
         Ok(Session {

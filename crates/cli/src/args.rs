@@ -33,6 +33,31 @@ pub struct NodeArgs {
     /// File of the secret whose key peers must prove (else MACROLINK_SECRET).
     #[arg(long, env = "MACROLINK_SECRET_FILE")]
     pub secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub ucx: UcxArgs,
+}
+
+/// `--ucx`: a node that also speaks UCX.
+#[derive(Debug, Clone, Default, Args)]
+pub struct UcxArgs {
+    /// Start UCX too (libucp, loaded at run time; Debian: libucx0), for
+    /// data over InfiniBand, RoCE or whatever UCX finds.
+    #[arg(long)]
+    pub ucx: bool,
+    /// UCX's transports, as UCX_TLS says them (`rc,sm,self`, `tcp`);
+    /// implies --ucx. Without it UCX reads UCX_TLS and UCX_NET_DEVICES.
+    #[arg(long, value_name = "TLS")]
+    pub ucx_tls: Option<String>,
+}
+
+impl UcxArgs {
+    /// What the node's UCX is to be, if any.
+    pub fn options(&self) -> Option<macrolink_fabric::UcxOptions> {
+        (self.ucx || self.ucx_tls.is_some()).then(|| macrolink_fabric::UcxOptions {
+            tls: self.ucx_tls.clone(),
+            devices: None,
+        })
+    }
 }
 
 impl NodeArgs {
@@ -51,6 +76,7 @@ impl NodeArgs {
             let b = std::fs::read(p).with_context(|| p.display().to_string())?;
             cfg.key = Some(Key::from_secret(&b)?);
         }
+        cfg.ucx = self.ucx.options();
         Ok(cfg)
     }
 }

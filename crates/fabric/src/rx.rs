@@ -60,6 +60,9 @@ pub(crate) struct Core {
     pub(crate) ready_cap: usize,
     pub(crate) regions: Regions,
     pub(crate) puts: PutTable,
+    /// Control frames queued on connections since the endpoint last sent
+    /// them (see `Connection::control`).
+    pub(crate) ctrl_queued: usize,
     pub(crate) stats: Stats,
     /// Probe on: record the stages of each message in `timings`.
     pub(crate) probe: bool,

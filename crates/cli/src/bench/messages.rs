@@ -32,6 +32,9 @@ pub struct Peer {
     /// Write the rows as CSV.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// With --listen: serve runs over UCX too (as --transport ucx asks).
+    #[arg(long, requires = "listen")]
+    ucx: bool,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -135,6 +138,10 @@ fn listening(peer: &Peer) -> Option<ServeArgs> {
             peers: Vec::new(),
             mtu: macrolink_fabric::DEFAULT_MTU,
             secret_file: None,
+            ucx: crate::args::UcxArgs {
+                ucx: peer.ucx,
+                ucx_tls: None,
+            },
         },
         child: ChildArgs {
             exit_with_parent: false,
@@ -142,9 +149,13 @@ fn listening(peer: &Peer) -> Option<ServeArgs> {
     })
 }
 
-/// Where the runs go: a target this process starts, or one elsewhere.
-fn session(peer: &Peer) -> anyhow::Result<Session> {
-    Session::open(&std::env::current_exe()?, peer.connect)
+/// Where the runs go: a target this process starts, or one elsewhere;
+/// both with UCX when a run is over it.
+fn session(peer: &Peer, transports: &[Transport]) -> anyhow::Result<Session> {
+    let ucx = transports
+        .contains(&Transport::Ucx)
+        .then(macrolink_fabric::UcxOptions::default);
+    Session::open_with(&std::env::current_exe()?, peer.connect, ucx.as_ref())
 }
 
 pub fn bw(a: BwArgs) -> anyhow::Result<()> {
@@ -161,7 +172,7 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         count: a.count,
         pace: a.pace,
     };
-    let rows = plan.run(session(&a.peer)?.client())?;
+    let rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::bw_table(&rows));
     save(&a.peer, &rows)?;
     if let Some(p) = &a.plot {
@@ -183,7 +194,7 @@ pub fn lat(a: LatArgs) -> anyhow::Result<()> {
         sizes: a.sizes.clone(),
         count: a.count,
     };
-    let rows = plan.run(session(&a.peer)?.client())?;
+    let rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::lat_table(&rows));
     save(&a.peer, &rows)
 }
@@ -199,7 +210,7 @@ fn per_size<R: Serialize>(
     if let Some(s) = listening(&a.peer) {
         return serve(s);
     }
-    let mut s = session(&a.peer)?;
+    let mut s = session(&a.peer, &a.transport)?;
     let rows = run(s.client(), &a.transport, &a.sizes, a.count)?;
     print!("{}", table(&rows));
     save(&a.peer, &rows)

@@ -46,6 +46,7 @@ impl Endpoint {
                 let mut h = Header::new(FrameKind::Revoke);
                 h.key = key.0;
                 c.link.control().out.push_back((h, Vec::new()));
+                self.core.ctrl_queued += 1;
             }
         }
         self.flush_ctrl();

@@ -155,6 +155,12 @@ impl Inbox {
         self.wake.notify();
     }
 
+    /// Whether new connections may be waiting: one atomic load.
+    #[inline]
+    pub(crate) fn stirred(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
     /// New connections, if any; one atomic load when there are none.
     pub(crate) fn take(&self, into: &mut Vec<Incoming>) {
         if self.flag.load(Ordering::Acquire) && self.flag.swap(false, Ordering::AcqRel) {

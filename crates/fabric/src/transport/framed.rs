@@ -171,6 +171,7 @@ impl<S: ByteStream> Framed<S> {
                             answer.offset = Refusal::BadKey.code();
                         }
                     }
+                    core.ctrl_queued += 1;
                     self.control.out.push_back((answer, Vec::new()));
                     Step::Moved
                 }
@@ -569,6 +570,7 @@ impl<S: ByteStream> Framed<S> {
                 tracing::debug!(peer = %self.peer, "put refused: {r}");
             }
         }
+        core.ctrl_queued += 1;
         self.control.out.push_back((answer, Vec::new()));
         self.asm = Asm::Idle;
         Step::Moved

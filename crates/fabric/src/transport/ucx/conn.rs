@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{self, Posted, Ucp};
 use super::port::DATAGRAM_AM;
-use super::{error, finish};
+use super::{error, finish, Worker};
 use crate::iobuf::IoBuf;
 use crate::rx::{Core, Step};
 use crate::transport::sys::{self, Interest};
@@ -50,7 +50,8 @@ struct Remote {
 #[derive(Debug)]
 pub(crate) struct Conn {
     ucp: &'static Ucp,
-    worker: ffi::Worker,
+    /// The port's worker, which outlives its connections.
+    worker: *const Worker,
     efd: RawFd,
     ep: ffi::Ep,
     /// What UCX's error handler said (0: nothing); from `Box::into_raw`.
@@ -90,7 +91,7 @@ impl Conn {
     /// again without.
     pub(super) fn new(
         ucp: &'static Ucp,
-        worker: ffi::Worker,
+        worker: *const Worker,
         efd: RawFd,
         sock: &TcpStream,
         card: &Card,
@@ -115,7 +116,7 @@ impl Conn {
         // SAFETY: a live worker driven by this thread; the address bytes
         // are the peer's worker address (UCX checks their form); the error
         // cell outlives the endpoint (freed after it is closed).
-        let s = unsafe { (ucp.ep_create)(worker, &params, &mut ep) };
+        let s = unsafe { (ucp.ep_create)((*worker).h, &params, &mut ep) };
         if s != ffi::UCS_OK {
             // SAFETY: made above, never handed to UCX.
             drop(unsafe { Box::from_raw(err) });
@@ -186,10 +187,23 @@ impl Conn {
                     "puts not placed in time",
                 ));
             }
-            // SAFETY: a live worker, driven by this thread.
-            unsafe { (self.ucp.worker_progress)(self.worker) };
+            self.worker().progress();
         }
         Ok(())
+    }
+
+    /// The worker this connection was made on.
+    fn worker(&self) -> &Worker {
+        // SAFETY: the port owns the worker in a box of its own and drops it
+        // only after every connection made on it.
+        unsafe { &*self.worker }
+    }
+
+    /// Whether the connection is gone (cheap: for every send and pass).
+    #[inline]
+    fn broken(&self) -> bool {
+        // SAFETY: the cell lives as long as the connection.
+        self.lost.is_some() || unsafe { &*self.err }.load(Ordering::Relaxed) != 0
     }
 
     fn why_lost(&self) -> Option<String> {
@@ -250,7 +264,6 @@ impl Conn {
 
     /// One tagged send of a message, or one active message of a datagram.
     fn send_one(&self, kind: FrameKind, payload: &[u8]) -> ffi::StatusPtr {
-        let mut p = ffi::RequestParam::new();
         if kind == FrameKind::Data {
             // SAFETY: a live endpoint; `payload` stays alive until this
             // send reports done: the caller's until `SendState.posted` ends
@@ -261,10 +274,11 @@ impl Conn {
                     payload.as_ptr().cast(),
                     payload.len(),
                     self.tag_data,
-                    &p,
+                    ffi::DEFAULTS.get(),
                 )
             }
         } else {
+            let mut p = ffi::RequestParam::new();
             p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
             p.flags = ffi::UCP_AM_SEND_FLAG_EAGER;
             // SAFETY: as above; the header is a field of `self`, which
@@ -310,7 +324,7 @@ impl Conn {
     fn wait(&self, req: *mut c_void) -> ffi::Status {
         // SAFETY: a live request of this connection's worker, which this
         // thread drives.
-        unsafe { finish(self.ucp, self.worker, req, None) }.unwrap_or(ffi::UCS_ERR_CANCELED)
+        unsafe { finish(self.ucp, self.worker(), req, None) }.unwrap_or(ffi::UCS_ERR_CANCELED)
     }
 }
 
@@ -320,7 +334,8 @@ impl Connection for Conn {
     }
 
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
-        if let Some(why) = self.why_lost() {
+        if self.broken() {
+            let why = self.why_lost().unwrap_or_default();
             return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
         }
         if st.posted {
@@ -355,25 +370,27 @@ impl Connection for Conn {
     }
 
     fn progress(&mut self, _core: &mut Core, _user: Option<&mut [u8]>) -> Step {
-        if let Err(e) = self.reap() {
-            self.fail(e.to_string());
+        if !self.control_out.is_empty() {
+            if let Err(e) = self.reap() {
+                self.fail(e.to_string());
+            }
         }
-        match self.why_lost() {
-            Some(why) => Step::Lost(why),
-            None => Step::Idle,
+        if !self.broken() {
+            return Step::Idle;
         }
+        Step::Lost(self.why_lost().unwrap_or_default())
     }
 
     fn arm_read(&mut self) -> bool {
-        self.why_lost().is_none()
+        !self.broken()
     }
 
     fn arm_write(&mut self, _need: usize) -> bool {
-        if self.why_lost().is_some() {
+        if self.broken() {
             return false;
         }
         // SAFETY: a live worker, driven by this thread.
-        unsafe { (self.ucp.worker_arm)(self.worker) == ffi::UCS_OK }
+        unsafe { (self.ucp.worker_arm)(self.worker().h) == ffi::UCS_OK }
     }
 
     /// After a sleep: the contact socket may have woken it by closing.
@@ -515,8 +532,7 @@ impl OneSided for Conn {
             // SAFETY: a live request of this connection's worker.
             let s = unsafe { (self.ucp.request_check_status)(req) };
             if s == ffi::UCS_INPROGRESS {
-                // SAFETY: a live worker, driven by this thread.
-                unsafe { (self.ucp.worker_progress)(self.worker) };
+                self.worker().progress();
                 return Ok(false);
             }
             // SAFETY: complete; freed once.
@@ -558,8 +574,8 @@ impl Drop for Conn {
             // SAFETY: live requests of this worker, cancelled, then waited
             // for so that no buffer they name is freed under UCX.
             unsafe {
-                (self.ucp.request_cancel)(self.worker, req);
-                finish(self.ucp, self.worker, req, until);
+                (self.ucp.request_cancel)(self.worker().h, req);
+                finish(self.ucp, self.worker(), req, until);
             }
         }
         for r in self.remote.drain(..) {
@@ -575,7 +591,7 @@ impl Drop for Conn {
         unsafe {
             let r = (self.ucp.ep_close_nbx)(self.ep, &p);
             let closed = match ffi::posted(r) {
-                Posted::Request(req) => finish(self.ucp, self.worker, req, until).is_some(),
+                Posted::Request(req) => finish(self.ucp, self.worker(), req, until).is_some(),
                 _ => true,
             };
             if closed {

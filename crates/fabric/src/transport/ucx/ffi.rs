@@ -134,6 +134,32 @@ pub(crate) struct RequestParam {
     pub recv_info: *mut c_void,
 }
 
+/// A request parameter block with no field set, shared: UCX only reads it.
+pub(crate) struct Defaults(RequestParam);
+
+// SAFETY: the block holds only null pointers and zeros, and nobody writes it.
+unsafe impl Sync for Defaults {}
+
+/// No field set: UCX's defaults (contiguous host memory, no callback).
+pub(crate) static DEFAULTS: Defaults = Defaults(RequestParam {
+    op_attr_mask: 0,
+    flags: 0,
+    request: std::ptr::null_mut(),
+    cb: std::ptr::null_mut(),
+    datatype: 0,
+    user_data: std::ptr::null_mut(),
+    reply_buffer: std::ptr::null_mut(),
+    memory_type: 0,
+    recv_info: std::ptr::null_mut(),
+});
+
+impl Defaults {
+    /// The block, to pass to UCX.
+    pub(crate) fn get(&self) -> &RequestParam {
+        &self.0
+    }
+}
+
 impl RequestParam {
     /// No field set: UCX's defaults (contiguous host memory, no callback).
     pub(crate) fn new() -> RequestParam {

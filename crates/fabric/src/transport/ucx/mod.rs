@@ -390,6 +390,35 @@ impl Drop for IndexGuard {
     }
 }
 
+/// An endpoint's UCP worker, and a note of whether its progress has moved
+/// anything since the port last looked: a message UCX took in while a
+/// connection waited (for a flush, a put) is probed for on the next pass,
+/// and a pass where nothing moved probes for nothing.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) h: ffi::Worker,
+    ucp: &'static Ucp,
+    stirred: std::cell::Cell<bool>,
+}
+
+impl Worker {
+    /// Progresses the worker; whether anything moved.
+    pub(crate) fn progress(&self) -> bool {
+        // SAFETY: a live worker, driven by the thread that owns its
+        // endpoint (the only one that reaches this).
+        let moved = unsafe { (self.ucp.worker_progress)(self.h) } > 0;
+        if moved {
+            self.stirred.set(true);
+        }
+        moved
+    }
+
+    /// Whether anything moved since the last call.
+    pub(crate) fn stirred(&self) -> bool {
+        self.stirred.replace(false)
+    }
+}
+
 /// Waits for a request of `worker`, progressing it, and frees it; its
 /// final status. With `until`, gives up at that time and leaves the request
 /// to UCX (`None`).
@@ -398,7 +427,7 @@ impl Drop for IndexGuard {
 /// `req` is a live request of `worker`, which the calling thread drives.
 pub(crate) unsafe fn finish(
     ucp: &Ucp,
-    worker: ffi::Worker,
+    worker: &Worker,
     req: *mut std::ffi::c_void,
     until: Option<Instant>,
 ) -> Option<ffi::Status> {
@@ -414,8 +443,7 @@ pub(crate) unsafe fn finish(
             tracing::warn!("a UCX request did not end in time; left to UCX");
             return None;
         }
-        // SAFETY: the caller drives this worker.
-        unsafe { (ucp.worker_progress)(worker) };
+        worker.progress();
     }
 }
 

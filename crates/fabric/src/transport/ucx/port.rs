@@ -18,7 +18,6 @@
 
 use macrolink_wire::ucx::{Tag, TagKind, MAX_ADDRESS};
 use macrolink_wire::{Flags, FrameKind, Header, Refusal, HEADER_LEN};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::RawFd;
@@ -27,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::ffi::{self, Posted, Ucp};
-use super::{error, finish, Contact, Context, Shared, CREDITS};
+use super::{error, finish, Contact, Context, Shared, Worker, CREDITS};
 use crate::rx::{Body, Core, Ready, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, RegionAnswer};
@@ -66,6 +65,40 @@ struct Entry {
     tx_control: u64,
     /// Messages taken off UCX since the last credit went back.
     owed: u32,
+}
+
+/// The worker's connections by index: indices are small and dense (the
+/// endpoint hands them out lowest first), so a vector is the map.
+#[derive(Debug)]
+struct Table(Vec<Option<Entry>>);
+
+impl Table {
+    fn get(&self, i: &u16) -> Option<&Entry> {
+        self.0.get(*i as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, i: &u16) -> Option<&mut Entry> {
+        self.0.get_mut(*i as usize).and_then(Option::as_mut)
+    }
+
+    fn insert(&mut self, i: u16, e: Entry) {
+        let i = i as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(e);
+    }
+
+    fn len(&self) -> usize {
+        self.0.iter().flatten().count()
+    }
+}
+
+impl std::ops::Index<&u16> for Table {
+    type Output = Entry;
+    fn index(&self, i: &u16) -> &Entry {
+        self.get(i).expect("a connection of the table")
+    }
 }
 
 /// Datagrams the active-message handler copied out of UCX, waiting for the
@@ -130,10 +163,12 @@ pub(crate) trait Conns {
 pub(crate) struct Port {
     ucp: &'static Ucp,
     ctx: Arc<Context>,
-    worker: ffi::Worker,
+    /// Boxed: connections keep its address.
+    worker: Box<Worker>,
     efd: RawFd,
     shared: Arc<Shared>,
-    table: HashMap<u16, Entry>,
+    /// The connections, by their index here.
+    table: Table,
     /// The handler's ring, owned here (from `Box::into_raw`).
     ring: *mut Ring,
     /// Probed messages whose connection the endpoint had not taken yet:
@@ -178,9 +213,9 @@ impl Port {
             user_data: std::ptr::null_mut(),
             event_fd: -1,
         };
-        let mut worker = std::ptr::null_mut();
-        // SAFETY: a valid parameter block; `worker` is an out-pointer.
-        let s = unsafe { (ucp.worker_create)(ctx.h, &params, &mut worker) };
+        let mut h = std::ptr::null_mut();
+        // SAFETY: a valid parameter block; `h` is an out-pointer.
+        let s = unsafe { (ucp.worker_create)(ctx.h, &params, &mut h) };
         if s != ffi::UCS_OK {
             return Err(error(ucp, "ucp_worker_create", s));
         }
@@ -197,10 +232,14 @@ impl Port {
         let mut port = Port {
             ucp,
             ctx: ctx.clone(),
-            worker,
+            worker: Box::new(Worker {
+                h,
+                ucp,
+                stirred: std::cell::Cell::new(false),
+            }),
             efd: -1,
             shared: Arc::new(Shared::new(Vec::new())),
-            table: HashMap::new(),
+            table: Table(Vec::new()),
             ring,
             limbo: Vec::new(),
             sending: Vec::new(),
@@ -211,7 +250,7 @@ impl Port {
         };
         let mut efd = -1;
         // SAFETY: a live worker; `efd` is an out-pointer.
-        let s = unsafe { (ucp.worker_get_efd)(worker, &mut efd) };
+        let s = unsafe { (ucp.worker_get_efd)(h, &mut efd) };
         if s != ffi::UCS_OK {
             return Err(error(ucp, "ucp_worker_get_efd", s));
         }
@@ -228,13 +267,13 @@ impl Port {
         };
         // SAFETY: a live worker; the ring outlives it (freed after the
         // worker is destroyed, in Drop).
-        let s = unsafe { (ucp.worker_set_am_recv_handler)(worker, &handler) };
+        let s = unsafe { (ucp.worker_set_am_recv_handler)(h, &handler) };
         if s != ffi::UCS_OK {
             return Err(error(ucp, "ucp_worker_set_am_recv_handler", s));
         }
         let (mut addr, mut len) = (std::ptr::null_mut(), 0usize);
         // SAFETY: a live worker; out-pointers.
-        let s = unsafe { (ucp.worker_get_address)(worker, &mut addr, &mut len) };
+        let s = unsafe { (ucp.worker_get_address)(h, &mut addr, &mut len) };
         if s != ffi::UCS_OK {
             return Err(error(ucp, "ucp_worker_get_address", s));
         }
@@ -242,7 +281,7 @@ impl Port {
         // copy.
         let address = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
         // SAFETY: the address just obtained from this worker, released once.
-        unsafe { (ucp.worker_release_address)(worker, addr) };
+        unsafe { (ucp.worker_release_address)(h, addr) };
         if address.len() > MAX_ADDRESS {
             return Err(io::Error::other(format!(
                 "the UCX worker's address has {} bytes, more than {MAX_ADDRESS}",
@@ -279,17 +318,8 @@ impl Port {
             peer: card,
             guard,
         } = c;
-        let make = |failures| {
-            Conn::new(
-                self.ucp,
-                self.worker,
-                self.efd,
-                &sock,
-                &card,
-                peer,
-                failures,
-            )
-        };
+        let worker: *const Worker = &*self.worker;
+        let make = |failures| Conn::new(self.ucp, worker, self.efd, &sock, &card, peer, failures);
         let conn = match make(self.ctx.failures())? {
             Some(c) => c,
             None => {
@@ -318,21 +348,19 @@ impl Port {
 
     /// Forgets the connection at (`slot`, `gen`), which is going away.
     pub(crate) fn forget(&mut self, slot: u32, gen: u32) {
-        let shared = &self.shared;
-        self.table.retain(|i, e| {
-            let gone = e.slot == slot && e.gen == gen;
-            if gone {
-                shared.free(*i);
+        for (i, e) in self.table.0.iter_mut().enumerate() {
+            if e.as_ref().is_some_and(|e| e.slot == slot && e.gen == gen) {
+                *e = None;
+                self.shared.free(i as u16);
             }
-            !gone
-        });
+        }
     }
 
     /// Prepares to sleep on the worker's descriptor; false when it has
     /// work now.
     pub(crate) fn arm(&mut self) -> bool {
         // SAFETY: a live worker, driven by this thread.
-        let s = unsafe { (self.ucp.worker_arm)(self.worker) };
+        let s = unsafe { (self.ucp.worker_arm)(self.worker.h) };
         s == ffi::UCS_OK
     }
 
@@ -349,16 +377,26 @@ impl Port {
         mut user: Option<&mut [u8]>,
         conn: &mut dyn Conns,
     ) -> Step {
-        // SAFETY: a live worker, driven by this thread.
-        let mut moved = unsafe { (self.ucp.worker_progress)(self.worker) } > 0;
-        self.reap();
+        self.worker.progress();
+        // Nothing moved since the last look: nothing came to look for.
+        let stirred = self.worker.stirred();
+        if !stirred && self.limbo.is_empty() && self.ring_is_empty() {
+            return Step::Idle;
+        }
+        // Until the probe below finds UCX empty, the next pass looks again.
+        self.worker.stirred.set(true);
+        if !self.sending.is_empty() {
+            self.reap();
+        }
         if let Some(step) = self.datagrams(core, &mut user) {
             return step;
         }
-        let limbo = std::mem::take(&mut self.limbo);
-        for (msg, info) in limbo {
+        let mut moved = stirred;
+        let mut limbo = std::mem::take(&mut self.limbo).into_iter();
+        while let Some((msg, info)) = limbo.next() {
             moved = true;
             if let Some(step) = self.dispatch(msg, info, core, &mut user, conn, false) {
+                self.limbo.extend(limbo);
                 return step;
             }
         }
@@ -368,8 +406,9 @@ impl Port {
             }
             let mut info = ffi::TagRecvInfo::default();
             // SAFETY: a live worker; `info` is an out-pointer.
-            let msg = unsafe { (self.ucp.tag_probe_nb)(self.worker, 0, 0, 1, &mut info) };
+            let msg = unsafe { (self.ucp.tag_probe_nb)(self.worker.h, 0, 0, 1, &mut info) };
             if msg.is_null() {
+                self.worker.stirred.set(false);
                 break;
             }
             moved = true;
@@ -380,11 +419,21 @@ impl Port {
         Step::or_moved(moved)
     }
 
+    fn ring_is_empty(&self) -> bool {
+        // SAFETY: the ring lives as long as the port; the handler touches
+        // it only inside worker progress, which is not running now.
+        let ring = unsafe { &*self.ring };
+        ring.len == 0 && ring.dropped == 0
+    }
+
     /// Hands over the datagrams the handler kept.
     fn datagrams(&mut self, core: &mut Core, user: &mut Option<&mut [u8]>) -> Option<Step> {
         // SAFETY: the ring lives as long as the port; the handler touches
         // it only inside worker progress, which is not running now.
         let ring = unsafe { &mut *self.ring };
+        if ring.len == 0 && ring.dropped == 0 {
+            return None;
+        }
         core.stats.dropped_datagrams += std::mem::take(&mut ring.dropped);
         while ring.len > 0 {
             let slot = ring.head;
@@ -562,12 +611,17 @@ impl Port {
         buf: &mut [u8],
         completion: Completion,
     ) -> Result<(), String> {
-        let p = ffi::RequestParam::new();
         // SAFETY: `msg` was probed off this worker and not received yet;
         // `buf` is writable for its length and outlives the receive, which
         // is complete when `wait` returns.
         let r = unsafe {
-            (self.ucp.tag_msg_recv_nbx)(self.worker, buf.as_mut_ptr().cast(), buf.len(), msg, &p)
+            (self.ucp.tag_msg_recv_nbx)(
+                self.worker.h,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                msg,
+                ffi::DEFAULTS.get(),
+            )
         };
         self.wait(r, completion)
     }
@@ -592,7 +646,7 @@ impl Port {
         // endpoint lives, and the receive is complete when `wait` returns.
         let r = unsafe {
             (self.ucp.tag_msg_recv_nbx)(
-                self.worker,
+                self.worker.h,
                 self.iov.as_ptr() as *mut c_void,
                 self.iov.len(),
                 msg,
@@ -622,9 +676,8 @@ impl Port {
                     Err(self.ucp.describe(s))
                 };
             }
-            // SAFETY: a live worker, driven by this thread.
-            let did = unsafe { (self.ucp.worker_progress)(self.worker) };
-            if did == 0 && completion == Completion::Wait && self.arm() {
+            let did = self.worker.progress();
+            if !did && completion == Completion::Wait && self.arm() {
                 let _ = sys::wait_fd(self.efd, Interest::Read, Duration::from_millis(100));
             }
         }
@@ -843,8 +896,8 @@ impl Drop for Port {
             // SAFETY: a live request of this worker, cancelled and waited
             // for (its connection is closed by now, which ends it soon).
             unsafe {
-                (self.ucp.request_cancel)(self.worker, req);
-                finish(self.ucp, self.worker, req, Some(deadline));
+                (self.ucp.request_cancel)(self.worker.h, req);
+                finish(self.ucp, &self.worker, req, Some(deadline));
             }
         }
         // Probed messages not received: UCX frees them with the worker.
@@ -853,7 +906,7 @@ impl Drop for Port {
         // port drops (the endpoint drops its connections first); the ring
         // is freed only after the worker, whose handler used it, is gone.
         unsafe {
-            (self.ucp.worker_destroy)(self.worker);
+            (self.ucp.worker_destroy)(self.worker.h);
             drop(Box::from_raw(self.ring));
         }
     }
