@@ -92,6 +92,7 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
         pinned: false,
         patience: 30_000_000_000,
         excluded: None,
+        transport: macrolink_fabric::Transport::Tcp,
     }
 }
 

@@ -41,7 +41,8 @@ pub struct NodeArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct UcxArgs {
     /// Start UCX too (libucp, loaded at run time; Debian: libucx0), for
-    /// data over InfiniBand, RoCE or whatever UCX finds.
+    /// data over InfiniBand, RoCE or whatever UCX finds, with peers that
+    /// start it too.
     #[arg(long)]
     pub ucx: bool,
     /// UCX's transports, as UCX_TLS says them (`rc,sm,self`, `tcp`);

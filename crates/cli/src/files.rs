@@ -80,6 +80,8 @@ pub struct ServeArgs {
     metrics: crate::args::MetricsArgs,
     #[command(flatten)]
     child: crate::args::ChildArgs,
+    #[command(flatten)]
+    ucx: crate::args::UcxArgs,
 }
 
 /// Runs a server until killed.
@@ -118,6 +120,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         fabric: a.node.zip(a.fabric),
         excluded,
         meter: meter.clone(),
+        ucx: a.ucx.options(),
     })?;
     a.metrics.serve("macrolink_files", |r| meter.register(r))?;
     if a.sink {
@@ -156,6 +159,8 @@ pub struct ClientArgs {
     /// gateways are reached through this host's relay.
     #[arg(long = "host", env = "MACROLINK_HOST")]
     pub host: Option<String>,
+    #[command(flatten)]
+    pub ucx: crate::args::UcxArgs,
 }
 
 impl ClientArgs {
@@ -167,6 +172,8 @@ impl ClientArgs {
             shm_dir: self.shm_dir.clone(),
             cluster: self.cluster.clone(),
             host: self.host.clone(),
+            ucx: self.ucx.ucx,
+            ucx_tls: self.ucx.ucx_tls.clone(),
         }
     }
 }

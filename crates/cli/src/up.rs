@@ -65,6 +65,10 @@ pub struct NodeArgs {
     metrics: crate::args::MetricsArgs,
     #[command(flatten)]
     child: crate::args::ChildArgs,
+    /// UCX on a gateway's or storage host's node: compute hosts that start
+    /// it too (`cp --ucx`) reach them over it.
+    #[command(flatten)]
+    ucx: crate::args::UcxArgs,
 }
 
 fn load(path: &Path) -> anyhow::Result<Cluster> {
@@ -226,10 +230,12 @@ fn run_file_service(
     shm: &Path,
     until: Option<Pending>,
     metrics: &crate::args::MetricsArgs,
+    ucx: Option<macrolink_fabric::UcxOptions>,
 ) -> anyhow::Result<()> {
     let secret = load_secret(None)?;
     let mut cfg = ServeConfig::for_host(h, shm, secret.clone())?;
     cfg.excluded = macrolink_files::setup::watch_excluded(c, &secret);
+    cfg.ucx = ucx;
     metrics.serve("macrolink_files", |r| cfg.meter.register(r))?;
     let export = cfg.root.display().to_string();
     let server = Server::bind(cfg)?;
@@ -318,16 +324,14 @@ pub fn node(a: NodeArgs) -> anyhow::Result<()> {
             Ok(())
         }
         Role::Storage if h.files.is_some() => {
-            run_file_service(&cluster, &h, &shm, until, &a.metrics)
+            run_file_service(&cluster, &h, &shm, until, &a.metrics, a.ucx.options())
         }
         Role::Storage => crate::roles::sink(node_config(&h, &shm, &storage), 1, until),
-        Role::Gateway => crate::roles::gateway(
-            node_config(&h, &shm, &storage),
-            &storage,
-            1,
-            until,
-            &a.metrics,
-        ),
+        Role::Gateway => {
+            let mut cfg = node_config(&h, &shm, &storage);
+            cfg.ucx = a.ucx.options();
+            crate::roles::gateway(cfg, &storage, 1, until, &a.metrics)
+        }
         Role::Relay => crate::relay::serve(&cluster, &h, None, false, &a.metrics),
     }
 }

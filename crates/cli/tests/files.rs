@@ -338,6 +338,31 @@ fn names_of_255_bytes_go_up_and_down() {
     assert!(std::fs::read(back.join(&name)).unwrap() == data);
 }
 
+/// `serve --ucx-tls tcp` and `cp --ucx-tls tcp --no-shm`: the flags a
+/// site with InfiniBand gives (with its own UCX_TLS), here on UCX's tcp.
+#[test]
+fn cp_moves_files_over_ucx_when_both_ends_start_it() {
+    let site = Site::new();
+    let mut probe = macrolink_fabric::NodeConfig::local(1, site.dir.path().join("shm"));
+    probe.ucx = Some(macrolink_fabric::UcxOptions::default());
+    if require::ucx(macrolink_fabric::Node::start(probe)).is_none() {
+        return;
+    }
+    let server = site.serve(&["--ucx-tls", "tcp"]);
+    let data = pattern(5 * MB + 3, 31);
+    let src = site.local().join("over-ucx");
+    std::fs::write(&src, &data).unwrap();
+    let (to, from) = (url(&server, "u"), src.to_str().unwrap());
+    let ucx = ["cp", "--ucx-tls", "tcp", "--no-shm"];
+    let o = site.run(&[&ucx[..], &[from, &to]].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(std::fs::read(site.root().join("u")).unwrap() == data);
+    let back = site.local().join("back-ucx");
+    let o = site.run(&[&ucx[..], &[&to, back.to_str().unwrap()]].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(std::fs::read(&back).unwrap() == data);
+}
+
 /// Waits for a child and collects what it printed.
 fn finish(c: Child) -> Output {
     c.wait_with_output().unwrap()

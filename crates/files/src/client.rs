@@ -45,6 +45,9 @@ pub struct ClientOptions {
     /// this host did not say which host of the file it is: what to tell a
     /// user who cannot reach one.
     pub segment_hints: HashMap<SocketAddr, String>,
+    /// UCX on this side's node: file data to a server that speaks it too,
+    /// and to the gateways of a lane, goes over it.
+    pub ucx: Option<macrolink_fabric::UcxOptions>,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +60,7 @@ impl Default for ClientOptions {
             excluded: None,
             relayed: HashMap::new(),
             segment_hints: HashMap::new(),
+            ucx: None,
         }
     }
 }
@@ -144,6 +148,7 @@ impl Client {
         cfg.tcp = Some(SocketAddr::new(local.ip(), 0));
         cfg.udp = None;
         cfg.key = Some(secret.fabric_key());
+        cfg.ucx = opts.ucx.clone();
         let lane = opts.lanes.get(&sock).cloned();
         for (gw, addr) in lane.iter().flat_map(|l| &l.gateways) {
             cfg.peers.insert(gw.node, *addr);
@@ -155,6 +160,7 @@ impl Client {
             shm_dir: opts.shm_dir.display().to_string(),
             tcp: SocketAddr::new(local.ip(), node.tcp_addr().map_or(0, |a| a.port())).to_string(),
             shm: !opts.no_shm,
+            ucx: opts.ucx.is_some(),
         };
         let my_nonce = auth::nonce().map_err(connection(&ctx))?;
         wire_io::send(

@@ -91,6 +91,12 @@ pub fn add_routes(c: &Cluster, me: Option<&Host>, opts: &mut crate::ClientOption
                 gateways,
                 send: SendConfig {
                     excluded: opts.excluded.clone(),
+                    // To the gateways over the fast fabric's transport.
+                    transport: if opts.ucx.is_some() {
+                        macrolink_fabric::Transport::Ucx
+                    } else {
+                        macrolink_fabric::Transport::Tcp
+                    },
                     ..SendConfig::from_cluster(c)
                 },
             },

@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol; a server refuses clients of another.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Largest request a server reads.
 pub const MAX_REQUEST: usize = 64 << 10;
 /// Largest reply a client reads (a long directory listing).
@@ -47,11 +47,14 @@ pub struct FabricInfo {
     pub tcp: String,
     /// Whether this side takes shared memory when the hosts match.
     pub shm: bool,
+    /// Whether this side's node speaks UCX.
+    pub ucx: bool,
 }
 
 impl FabricInfo {
     /// The transport two nodes should use: shared memory when both are on
-    /// one host, meet in one directory and take it; TCP otherwise.
+    /// one host, meet in one directory and take it; else UCX when both
+    /// speak it; else TCP.
     pub fn transport_to(&self, other: &FabricInfo) -> macrolink_fabric::Transport {
         let same = self.shm
             && other.shm
@@ -60,6 +63,8 @@ impl FabricInfo {
             && self.shm_dir == other.shm_dir;
         if same {
             macrolink_fabric::Transport::Shm
+        } else if self.ucx && other.ucx {
+            macrolink_fabric::Transport::Ucx
         } else {
             macrolink_fabric::Transport::Tcp
         }

@@ -93,6 +93,9 @@ pub struct ServeConfig {
     pub excluded: Option<Excluded>,
     /// What the server counts (registered by whoever serves the metrics).
     pub meter: crate::meter::Meter,
+    /// UCX on the server's node: clients that speak it too move file data
+    /// over it.
+    pub ucx: Option<macrolink_fabric::UcxOptions>,
 }
 
 impl ServeConfig {
@@ -123,6 +126,7 @@ impl ServeConfig {
             )),
             excluded: None,
             meter: crate::meter::Meter::default(),
+            ucx: None,
         })
     }
 }
@@ -145,6 +149,8 @@ struct Shared {
     handshakes: Gate,
     excluded: Option<Excluded>,
     meter: crate::meter::Meter,
+    /// The node speaks UCX.
+    ucx: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -274,6 +280,8 @@ impl Server {
         node_cfg.tcp = Some(tcp);
         node_cfg.udp = None;
         node_cfg.key = Some(cfg.secret.fabric_key());
+        node_cfg.ucx = cfg.ucx.clone();
+        let ucx = cfg.ucx.is_some();
         let node = Node::start(node_cfg).map_err(io::Error::other)?;
         Ok(Server {
             listener,
@@ -293,6 +301,7 @@ impl Server {
                 }),
                 excluded: cfg.excluded,
                 meter: cfg.meter,
+                ucx,
             }),
         })
     }
@@ -455,6 +464,7 @@ fn welcome(
         shm_dir: shared.shm_dir.display().to_string(),
         tcp: tcp.to_string(),
         shm: true,
+        ucx: shared.ucx,
     };
     wire_io::send(
         stream,

@@ -40,6 +40,13 @@ pub struct ClientSetup {
     /// reached through this host's relay.
     #[serde(default)]
     pub host: Option<String>,
+    /// Start UCX on this side's node: file data to servers and gateways
+    /// that speak it too goes over it.
+    #[serde(default)]
+    pub ucx: bool,
+    /// UCX's transports (`UCX_TLS`), when not from the environment.
+    #[serde(default)]
+    pub ucx_tls: Option<String>,
 }
 
 impl ClientSetup {
@@ -63,6 +70,10 @@ impl ClientSetup {
                 .clone()
                 .unwrap_or_else(macrolink_fabric::default_shm_dir),
             no_shm: self.no_shm,
+            ucx: (self.ucx || self.ucx_tls.is_some()).then(|| macrolink_fabric::UcxOptions {
+                tls: self.ucx_tls.clone(),
+                devices: None,
+            }),
             ..ClientOptions::default()
         };
         if let Some(p) = &self.cluster {

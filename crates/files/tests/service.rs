@@ -1,6 +1,6 @@
 //! A server and clients in one process, over shared memory and TCP.
 
-use macrolink_fabric::Transport;
+use macrolink_fabric::{Transport, UcxOptions};
 use macrolink_files::auth::Secret;
 use macrolink_files::copy::{Copier, CopyOptions, Location};
 use macrolink_files::proto::{self, Code, Kind, Reply, Request};
@@ -53,6 +53,10 @@ impl Fixture {
 }
 
 fn serve(read_only: bool, limits: Limits) -> Fixture {
+    serve_with(read_only, limits, None)
+}
+
+fn serve_with(read_only: bool, limits: Limits, ucx: Option<UcxOptions>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     for d in ["export", "local", "shm"] {
         std::fs::create_dir(dir.path().join(d)).unwrap();
@@ -67,6 +71,7 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
         fabric: None,
         excluded: None,
         meter: Default::default(),
+        ucx,
     })
     .unwrap();
     let addr = server.local_addr().unwrap().to_string();
@@ -126,6 +131,44 @@ fn files_of_every_size_round_trip_over_shm_and_tcp() {
             "same host, same directory"
         );
     }
+    no_partials(f.dir.path());
+}
+
+/// UCX, forced onto its tcp transport: a server and a client that both
+/// start it move file data over it (and would over InfiniBand).
+#[test]
+fn files_round_trip_over_ucx_when_both_ends_speak_it() {
+    let ucx = UcxOptions {
+        tls: Some("tcp".into()),
+        devices: None,
+    };
+    let probe = tempfile::tempdir().unwrap();
+    let mut cfg = macrolink_fabric::NodeConfig::local(1, probe.path());
+    cfg.ucx = Some(ucx.clone());
+    if macrolink_testbed::require::ucx(macrolink_fabric::Node::start(cfg)).is_none() {
+        return;
+    }
+    let f = serve_with(false, Limits::default(), Some(ucx.clone()));
+    let mut opts = f.options(Transport::Tcp);
+    opts.client.ucx = Some(ucx);
+    opts.streams = 2;
+    opts.chunk = 256 << 10;
+    let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts.clone());
+    for (i, size) in [0usize, 1, (3 << 20) + 5].into_iter().enumerate() {
+        let data = pattern(size, i as u64 + 70);
+        let src = f.local().join(format!("ucx-up-{size}"));
+        std::fs::write(&src, &data).unwrap();
+        let name = format!("ucx-{size}");
+        let r = c.copy(&Location::Local(src), &f.url(&name)).unwrap();
+        assert_eq!((r.files, r.bytes), (1, size as u64));
+        assert_eq!(std::fs::read(f.root().join(&name)).unwrap(), data);
+        let back = f.local().join(format!("ucx-down-{size}"));
+        c.copy(&f.url(&name), &Location::Local(back.clone()))
+            .unwrap();
+        assert_eq!(std::fs::read(&back).unwrap(), data, "size {size}");
+    }
+    let client = Client::connect(&f.addr, &Secret::new(SECRET).unwrap(), &opts.client).unwrap();
+    assert_eq!(client.transport(), Transport::Ucx);
     no_partials(f.dir.path());
 }
 
@@ -354,6 +397,7 @@ fn malformed_requests_get_an_error_and_others_are_still_served() {
             shm_dir: String::new(),
             tcp: "127.0.0.1:1".into(),
             shm: false,
+            ucx: false,
         },
     }))
     .unwrap();

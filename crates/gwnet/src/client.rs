@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::to_pair;
 
 /// Settings of a send.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SendConfig {
     /// Chunking and retransmission.
     pub stripe: StripeConfig,
@@ -30,6 +30,22 @@ pub struct SendConfig {
     /// taken out of use as soon as it is (and not dialled at all), by
     /// every transfer that shares the set.
     pub excluded: Option<Excluded>,
+    /// The transport to the gateways (the fast fabric's: tcp, or ucx over
+    /// InfiniBand or RoCE).
+    pub transport: Transport,
+}
+
+impl Default for SendConfig {
+    fn default() -> SendConfig {
+        SendConfig {
+            stripe: StripeConfig::default(),
+            health: HealthConfig::default(),
+            pinned: false,
+            patience: 0,
+            excluded: None,
+            transport: Transport::Tcp,
+        }
+    }
 }
 
 /// How long a transfer may hear no acknowledgement before it fails rather
@@ -56,6 +72,7 @@ impl SendConfig {
             pinned: false,
             patience: PATIENCE,
             excluded: None,
+            transport: Transport::Tcp,
         }
     }
 }
@@ -89,6 +106,7 @@ pub struct SendReport {
 /// them are [`Lanes`]'.
 struct Gateways {
     addrs: Vec<Addr>,
+    transport: Transport,
     targets: Vec<Option<Target>>,
     lanes: Lanes,
     /// Taken out of use because the central manager excluded them.
@@ -140,7 +158,7 @@ impl Gateways {
         let now = clock_ns();
         if self.targets[gw].is_none() && !self.fenced[gw] && self.lanes.may_dial(gw, now) {
             self.targets[gw] = ep
-                .target_via(self.addrs[gw], Mode::Reliable, Transport::Tcp)
+                .target_via(self.addrs[gw], Mode::Reliable, self.transport)
                 .ok();
             if self.targets[gw].is_none() {
                 self.lanes.dial_failed(gw, now);
@@ -172,6 +190,7 @@ pub fn send(
 ) -> Result<SendReport> {
     let start = clock_ns();
     let chunk = cfg.stripe.chunk.max(1);
+    let transport = cfg.transport;
     let mut hashes: Vec<Option<u64>> = vec![None; (data.len() as u64).div_ceil(chunk) as usize];
     let mut read = |c: Chunk, buf: &mut [u8]| {
         buf.copy_from_slice(&data[c.offset as usize..(c.offset + c.len) as usize]);
@@ -195,7 +214,15 @@ pub fn send(
     )?;
     let hashes: Vec<u64> = hashes.into_iter().map(Option::unwrap_or_default).collect();
     let hash = crate::transfer_hash(&hashes);
-    report.verified = ask_verdict(ep, gateways, &report.down, storage, transfer, hash);
+    report.verified = ask_verdict(
+        ep,
+        gateways,
+        transport,
+        &report.down,
+        storage,
+        transfer,
+        hash,
+    );
     report.secs = (clock_ns() - start) as f64 / 1e9;
     Ok(report)
 }
@@ -205,6 +232,7 @@ pub fn send(
 fn ask_verdict(
     ep: &mut Endpoint,
     gateways: &[Addr],
+    transport: Transport,
     down: &[bool],
     storage: Addr,
     transfer: u64,
@@ -224,7 +252,7 @@ fn ask_verdict(
             if down.get(gw).copied().unwrap_or(false) {
                 continue;
             }
-            let Ok(t) = ep.target_via(*addr, Mode::Reliable, Transport::Tcp) else {
+            let Ok(t) = ep.target_via(*addr, Mode::Reliable, transport) else {
                 continue;
             };
             if ep.write(t, &out).is_err() {
@@ -275,6 +303,7 @@ pub fn stripe(
     .concat();
     let mut gws = Gateways {
         addrs: gateways.to_vec(),
+        transport: cfg.transport,
         targets: vec![None; n],
         lanes: Lanes::new(n),
         fenced: vec![false; n],

@@ -74,7 +74,12 @@ fn forward(
     meter: &Meter,
 ) -> Result<()> {
     if !rails.bonded(to.node) {
-        let t = ep.target_via(to, Mode::Reliable, Transport::Tcp)?;
+        // A compute host that came over UCX is answered there; the rest
+        // over tcp (the storage network).
+        let t = match ep.connected_target(to, Mode::Reliable) {
+            Some(t) => t,
+            None => ep.target_via(to, Mode::Reliable, Transport::Tcp)?,
+        };
         return ep.write(t, msg);
     }
     let mut last = Error::Unreachable {

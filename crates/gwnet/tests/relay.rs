@@ -108,6 +108,61 @@ fn a_transfer_striped_over_two_relays_arrives_whole() {
     }
 }
 
+/// PaScal's two levels: compute to gateways over UCX (here forced onto
+/// UCX's tcp transport), gateways to storage over tcp. The chunks go out
+/// and the acknowledgements come back over UCX, the verdict too.
+#[test]
+fn a_transfer_over_ucx_to_the_gateways_and_tcp_beyond_arrives_whole() {
+    let ucx = || {
+        Some(macrolink_fabric::UcxOptions {
+            tls: Some("tcp".into()),
+            devices: None,
+        })
+    };
+    let ucx_node = |id: u32, peers: &[(u32, SocketAddr)]| {
+        let mut cfg = NodeConfig::local(id, "/nonexistent");
+        cfg.shm_dir = None;
+        cfg.peers = peers.iter().copied().collect();
+        cfg.ucx = ucx();
+        Node::start(cfg)
+    };
+    let Some(compute) = macrolink_testbed::require::ucx(ucx_node(1, &[])) else {
+        return;
+    };
+    let sink = start_sink("127.0.0.1:0");
+    let mut relays = Vec::new();
+    for id in [21, 22] {
+        let n = ucx_node(id, &[(SINK, sink)]).unwrap();
+        let addr = n.tcp_addr().unwrap();
+        let ep = n.open(1, endpoint_config()).unwrap();
+        std::thread::spawn(move || {
+            let _node = n;
+            relay::run(ep, &[(SINK, sink)], &relay::Meter::default())
+        });
+        compute.add_peer(id, addr);
+        relays.push(Addr::new(id, 1));
+    }
+    let mut ep = compute.open(1, endpoint_config()).unwrap();
+    let data = pattern(6 << 20, 3);
+    let cfg = SendConfig {
+        transport: Transport::Ucx,
+        ..cfg()
+    };
+    let r = send(
+        &mut ep,
+        &relays,
+        Addr::new(SINK, 1),
+        9,
+        &data,
+        cfg,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(r.verified, "{r:?}");
+    assert_eq!(r.bytes, 6 << 20);
+    assert!(r.per_gateway.iter().all(|&n| n > 0), "{r:?}");
+}
+
 #[test]
 fn a_relay_spreads_over_its_rails_and_gives_up_a_dead_one() {
     // One sink reached over two loopback addresses (two rails) and one

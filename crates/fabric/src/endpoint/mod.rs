@@ -312,6 +312,32 @@ impl Endpoint {
         t
     }
 
+    /// A target for `to` in `mode` over a connection this endpoint already
+    /// has to it, of whatever transport, if any: to answer a peer the way
+    /// it came.
+    pub fn connected_target(&mut self, to: Addr, mode: Mode) -> Option<Target> {
+        self.adopt_incoming();
+        let (transport, route) = self.slots.iter().enumerate().find_map(|(i, s)| {
+            let c = s
+                .conn
+                .as_ref()
+                .filter(|c| c.peer == to && c.rail.is_none())?;
+            let route = Route::Conn {
+                slot: i as u32,
+                gen: s.gen,
+            };
+            Some((c.link.transport(), route))
+        })?;
+        if let Some(t) = self.target_index.get(&(to, mode, transport)) {
+            if self.targets[t.0 as usize].route == route {
+                return Some(*t);
+            }
+        }
+        let t = self.add_target(to, mode, route);
+        self.target_index.insert((to, mode, transport), t);
+        Some(t)
+    }
+
     /// A target that answers `r` over the connection it came in on (the
     /// same rail, when a peer reaches this endpoint over several); falls
     /// back to [`target_via`](Self::target_via) once that connection is gone.

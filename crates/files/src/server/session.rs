@@ -49,6 +49,7 @@ impl Session {
             shm_dir: shared.shm_dir.display().to_string(),
             tcp: String::new(),
             shm: true,
+            ucx: shared.ucx,
         };
         let transport = mine.transport_to(&client);
         Session {
