@@ -268,6 +268,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         ));
     }
 
+    if has_ucx {
+        for (name, tls) in [("sm", "sm,self"), ("tcp", "tcp")] {
+            ucx_rows(exe, a, name, tls, &mut rows)?;
+        }
+    }
+
     eprintln!("wait-mode CPU ...");
     for (t, m) in [
         (Transport::Shm, Mode::Put),
@@ -286,6 +292,68 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         ));
     }
     Ok(rows)
+}
+
+/// macrolink over UCX beside ucx_perftest, both on UCX's transports `tls`
+/// (named `name` in the rows), both polling: 8-byte tagged ping-pongs
+/// (ours: reliable messages, which are UCX tagged sends) and puts of 1 MB
+/// and 4 MB.
+fn ucx_rows(
+    exe: &Path,
+    a: &Options,
+    name: &str,
+    tls: &str,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    eprintln!("ucx ({name}) ...");
+    let opts = macrolink_fabric::UcxOptions {
+        tls: Some(tls.into()),
+        devices: None,
+    };
+    let mut s = Session::open_with(exe, None, Some(&opts))?;
+    let n = a.iterations;
+    // Sub-microsecond figures move with where the scheduler puts the
+    // processes: best median of three runs each, interleaved.
+    let (mut ours, mut theirs) = (f64::MAX, None::<f64>);
+    for _ in 0..3 {
+        let r = s.client().latency(
+            Test::PingPong,
+            Transport::Ucx,
+            Mode::Reliable,
+            Completion::Poll,
+            8,
+            n,
+        )?;
+        ours = ours.min(r.usec.median);
+        if let Some(v) = opt(ucx_perftest::run(tls, "tag_lat", 8, n).map(|f| f.median_us)) {
+            theirs = Some(theirs.map_or(v, |t| t.min(v)));
+        }
+    }
+    rows.push(row(
+        &format!("ucx ({name}) 8 B ping-pong, half rt, polling"),
+        "us",
+        Some(ours),
+        &format!("ucx_perftest tag_lat ({tls}), best of 3"),
+        theirs,
+        Goal::AtMost(1.05),
+    ));
+    for size in [1_000_000usize, 4_000_000] {
+        let mut r =
+            sweep::Bandwidth::one(Transport::Ucx, Mode::Put, Completion::Poll, size, a.seconds)
+                .run(s.client())?;
+        let ours = r.pop().and_then(|r| r.mb_per_s);
+        let iters = ((a.seconds * 10_000_000_000.0 / size as f64) as u64).max(100);
+        let theirs = opt(ucx_perftest::run(tls, "ucp_put_bw", size, iters).map(|f| f.mb_per_s));
+        rows.push(row(
+            &format!("ucx ({name}) put {size} B, polling"),
+            "MB/s",
+            ours,
+            &format!("ucx_perftest ucp_put_bw ({tls})"),
+            theirs,
+            Goal::AtLeast(0.95),
+        ));
+    }
+    Ok(())
 }
 
 /// The table.

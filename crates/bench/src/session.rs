@@ -44,8 +44,12 @@ impl Session {
         let (target, dir, tcp) = match connect {
             Some(a) => (None, None, a),
             None => {
-                let dir =
-                    std::env::temp_dir().join(format!("macrolink-bench-{}", std::process::id()));
+                // A directory of its own: sessions of one run may overlap.
+                static SESSIONS: std::sync::atomic::AtomicU32 =
+                    std::sync::atomic::AtomicU32::new(0);
+                let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let dir = std::env::temp_dir()
+                    .join(format!("macrolink-bench-{}-{n}", std::process::id()));
                 std::fs::create_dir_all(&dir)?;
                 let mut extra = Vec::new();
                 if let Some(u) = ucx {
