@@ -39,7 +39,40 @@ pub struct Row {
     pub target: String,
     /// Whether it is.
     pub met: Option<bool>,
+    /// How our side waits for work (`poll`, `wait`).
+    pub ours_regime: &'static str,
+    /// How the peer's side does.
+    pub peer_regime: &'static str,
+    /// Our 99th percentile, for latency rows.
+    pub ours_p99: Option<f64>,
+    /// The peer's, where it reports one.
+    pub theirs_p99: Option<f64>,
 }
+
+impl Row {
+    /// Says how each side waits for work.
+    fn regimes(mut self, ours: &'static str, peer: &'static str) -> Row {
+        self.ours_regime = ours;
+        self.peer_regime = peer;
+        self
+    }
+
+    /// Adds both sides' 99th percentiles.
+    fn p99(mut self, ours: Option<f64>, theirs: Option<f64>) -> Row {
+        self.ours_p99 = ours;
+        self.theirs_p99 = theirs;
+        self
+    }
+}
+
+/// Our side polls (spins on its endpoint).
+const POLL: &str = "poll";
+/// Our side sleeps until traffic comes.
+const WAIT: &str = "wait";
+/// UCX's default: the program calls `ucp_worker_progress` in a loop.
+const BUSY_PROGRESS: &str = "busy progress";
+/// Blocking sockets: the kernel wakes the reader.
+const BLOCKING: &str = "blocking";
 
 enum Goal {
     AtMost(f64),
@@ -73,6 +106,10 @@ fn row(
         ratio,
         target,
         met,
+        ours_regime: "-",
+        peer_regime: "-",
+        ours_p99: None,
+        theirs_p99: None,
     }
 }
 
@@ -91,7 +128,7 @@ fn memcpy_rate(size: usize, secs: f64) -> f64 {
 }
 
 /// A peer's figure, or `None` with the reason on standard error.
-fn opt(r: anyhow::Result<f64>) -> Option<f64> {
+fn opt<T>(r: anyhow::Result<T>) -> Option<T> {
     match r {
         Ok(v) => Some(v),
         Err(e) => {
@@ -112,11 +149,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let mut s = Session::open(exe, None)?;
     let mut rows = Vec::new();
     let (n, secs) = (a.iterations, a.seconds);
+    let lat_in = |s: &mut Session, t, m, c, size| -> anyhow::Result<(f64, f64)> {
+        let u = s.client().latency(Test::PingPong, t, m, c, size, n)?.usec;
+        Ok((u.median, u.p99))
+    };
     let lat = |s: &mut Session, t, m, size| -> anyhow::Result<f64> {
-        Ok(s.client()
-            .latency(Test::PingPong, t, m, Completion::Poll, size, n)?
-            .usec
-            .median)
+        Ok(lat_in(s, t, m, Completion::Poll, size)?.0)
     };
     let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
         let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
@@ -128,23 +166,30 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     eprintln!("shm latency ...");
     // Sub-microsecond figures move with where the scheduler puts the two
     // processes: best median of three runs each, interleaved.
-    let (mut ours, mut theirs) = (f64::MAX, None::<f64>);
+    let (mut ours, mut ours_p99, mut theirs) = ((f64::MAX, 0.0), None, None::<f64>);
     for _ in 0..3 {
-        ours = ours.min(lat(&mut s, Transport::Shm, Mode::Reliable, 8)?);
+        let r = lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8)?;
+        if r.0 < ours.0 {
+            (ours, ours_p99) = (r, Some(r.1));
+        }
         if has_ucx {
             if let Some(v) = opt(ucx("posix,self", "tag_lat", 8, n * 5).map(|f| f.median_us)) {
                 theirs = Some(theirs.map_or(v, |t| t.min(v)));
             }
         }
     }
-    rows.push(row(
-        "shm 8 B ping-pong, half round trip, polling",
-        "us",
-        Some(ours),
-        "ucx_perftest tag_lat (posix), best of 3",
-        theirs,
-        Goal::AtMost(1.0),
-    ));
+    rows.push(
+        row(
+            "shm 8 B ping-pong, half rt, best of 3",
+            "us",
+            Some(ours.0),
+            "ucx_perftest tag_lat (posix,self)",
+            theirs,
+            Goal::AtMost(1.0),
+        )
+        .regimes(POLL, BUSY_PROGRESS)
+        .p99(ours_p99, None),
+    );
 
     for size in [1_000_000usize, 4_000_000] {
         eprintln!("shm put {size} B ...");
@@ -153,58 +198,72 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let theirs = has_ucx
             .then(|| opt(ucx("posix,cma,self", "ucp_put_bw", size, iters).map(|f| f.mb_per_s)))
             .flatten();
-        rows.push(row(
-            &format!("shm put {size} B"),
-            "MB/s",
-            ours,
-            "ucx_perftest ucp_put_bw (posix,cma)",
-            theirs,
-            Goal::AtLeast(0.9),
-        ));
+        rows.push(
+            row(
+                &format!("shm put {size} B"),
+                "MB/s",
+                ours,
+                "ucx_perftest ucp_put_bw (posix,cma)",
+                theirs,
+                Goal::AtLeast(0.9),
+            )
+            .regimes(POLL, BUSY_PROGRESS),
+        );
         let mc = memcpy_rate(size, secs.min(1.0));
-        rows.push(row(
-            &format!("shm put {size} B"),
-            "MB/s",
-            ours,
-            "single-core memcpy",
-            Some(mc),
-            Goal::Info,
-        ));
+        rows.push(
+            row(
+                &format!("shm put {size} B"),
+                "MB/s",
+                ours,
+                "single-core memcpy",
+                Some(mc),
+                Goal::Info,
+            )
+            .regimes(POLL, "-"),
+        );
     }
 
     eprintln!("tcp bandwidth ...");
-    let ip = iperf3::TOOL
-        .installed()
-        .then(|| {
-            let run = iperf3::Run {
-                server_ns: None,
-                client_ns: None,
-                addr: "127.0.0.1",
-                port: peers::free_port().unwrap_or(5201),
-                flows: 1,
-                secs: (secs * 2.0).ceil() as u32,
-                congestion: None,
-            };
-            opt(run.mb_per_s())
-        })
-        .flatten();
+    // iperf3 blocks in the kernel and writes `-l` bytes at a time (1 MiB at
+    // most): ours waits too, with messages of the same size where iperf3
+    // takes it.
     for size in [1_000_000usize, 4_000_000] {
+        let len = size.min(iperf3::MAX_LEN);
+        let ip = iperf3::TOOL
+            .installed()
+            .then(|| {
+                let run = iperf3::Run {
+                    server_ns: None,
+                    client_ns: None,
+                    addr: "127.0.0.1",
+                    port: peers::free_port().unwrap_or(5201),
+                    flows: 1,
+                    secs: (secs * 2.0).ceil() as u32,
+                    congestion: None,
+                    len: Some(len),
+                };
+                opt(run.mb_per_s())
+            })
+            .flatten();
         let ours = bw(
             &mut s,
             Transport::Tcp,
             Mode::Reliable,
-            Completion::Poll,
+            Completion::Wait,
             size,
         )?
         .mb_per_s;
-        rows.push(row(
-            &format!("tcp reliable {size} B"),
-            "MB/s",
-            ours,
-            "iperf3, one stream",
-            ip,
-            Goal::AtLeast(1.0),
-        ));
+        rows.push(
+            row(
+                &format!("tcp reliable {size} B"),
+                "MB/s",
+                ours,
+                &format!("iperf3, one stream, -l {len}"),
+                ip,
+                Goal::AtLeast(1.0),
+            )
+            .regimes(WAIT, BLOCKING),
+        );
     }
     if has_ucx {
         let ours = bw(
@@ -217,55 +276,66 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         .mb_per_s;
         let iters = (secs * 4000.0) as u64 + 100;
         let theirs = opt(ucx("tcp", "tag_bw", 1_000_000, iters).map(|f| f.mb_per_s));
-        rows.push(row(
-            "tcp reliable 1000000 B",
-            "MB/s",
-            ours,
-            "ucx_perftest tag_bw (tcp)",
-            theirs,
-            Goal::Info,
-        ));
+        rows.push(
+            row(
+                "tcp reliable 1000000 B",
+                "MB/s",
+                ours,
+                "ucx_perftest tag_bw (tcp)",
+                theirs,
+                Goal::Info,
+            )
+            .regimes(POLL, BUSY_PROGRESS),
+        );
         let ours = lat(&mut s, Transport::Tcp, Mode::Reliable, 8)?;
         let theirs = opt(ucx("tcp", "tag_lat", 8, n).map(|f| f.median_us));
-        rows.push(row(
-            "tcp 8 B ping-pong, half round trip",
-            "us",
-            Some(ours),
-            "ucx_perftest tag_lat (tcp)",
-            theirs,
-            Goal::Info,
-        ));
+        rows.push(
+            row(
+                "tcp 8 B ping-pong, half round trip",
+                "us",
+                Some(ours),
+                "ucx_perftest tag_lat (tcp)",
+                theirs,
+                Goal::Info,
+            )
+            .regimes(POLL, BUSY_PROGRESS),
+        );
     }
 
     eprintln!("tcp and udp latency ...");
-    for (t, m, udp, figure, peer) in [
-        (
-            Transport::Tcp,
-            Mode::Reliable,
-            false,
-            "tcp 64 B ping-pong, half round trip",
-            "sockperf pp --tcp (median)",
-        ),
-        (
-            Transport::Udp,
-            Mode::Datagram,
-            true,
-            "udp 64 B ping-pong, half round trip",
-            "sockperf pp (udp, median)",
-        ),
+    // Polling beside sockperf busy-polling, waiting beside sockperf
+    // blocking; both sides' median and p99.
+    for (t, m, udp) in [
+        (Transport::Tcp, Mode::Reliable, false),
+        (Transport::Udp, Mode::Datagram, true),
     ] {
-        let ours = lat(&mut s, t, m, 64)?;
-        let theirs = has_sockperf
-            .then(|| opt(sockperf::ping_pong(udp, 64, secs * 2.0)))
-            .flatten();
-        rows.push(row(
-            figure,
-            "us",
-            Some(ours),
-            peer,
-            theirs,
-            Goal::AtMost(1.1),
-        ));
+        for (c, regime, ours_regime, peer_regime) in [
+            (
+                Completion::Poll,
+                sockperf::Regime::BusyPoll,
+                POLL,
+                "busy poll",
+            ),
+            (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
+        ] {
+            let (median, p99) = lat_in(&mut s, t, m, c, 64)?;
+            let theirs = has_sockperf
+                .then(|| opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)))
+                .flatten();
+            let proto = if udp { "udp" } else { "--tcp" };
+            rows.push(
+                row(
+                    &format!("{t} 64 B ping-pong, half round trip"),
+                    "us",
+                    Some(median),
+                    &format!("sockperf pp {proto} {}", regime.flags()),
+                    theirs.map(|l| l.median),
+                    Goal::AtMost(1.0),
+                )
+                .regimes(ours_regime, peer_regime)
+                .p99(Some(p99), theirs.map(|l| l.p99)),
+            );
+        }
     }
 
     if has_ucx {
@@ -282,14 +352,17 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         (Transport::Tcp, Mode::Reliable),
     ] {
         let r = bw(&mut s, t, m, Completion::Wait, 1_000_000)?;
-        rows.push(row(
-            &format!("{t} {m} 1 MB, waiting target CPU"),
-            "%",
-            r.cpu_target,
-            "10% (papers' event-driven column)",
-            Some(10.0),
-            Goal::AtMost(1.0),
-        ));
+        rows.push(
+            row(
+                &format!("{t} {m} 1 MB, target CPU"),
+                "%",
+                r.cpu_target,
+                "10% (papers' event-driven column)",
+                Some(10.0),
+                Goal::AtMost(1.0),
+            )
+            .regimes(WAIT, "event-driven"),
+        );
     }
     Ok(rows)
 }
@@ -314,7 +387,7 @@ fn ucx_rows(
     let n = a.iterations;
     // Sub-microsecond figures move with where the scheduler puts the
     // processes: best median of three runs each, interleaved.
-    let (mut ours, mut theirs) = (f64::MAX, None::<f64>);
+    let (mut ours, mut ours_p99, mut theirs) = (f64::MAX, None, None::<f64>);
     for _ in 0..3 {
         let r = s.client().latency(
             Test::PingPong,
@@ -324,19 +397,25 @@ fn ucx_rows(
             8,
             n,
         )?;
-        ours = ours.min(r.usec.median);
+        if r.usec.median < ours {
+            (ours, ours_p99) = (r.usec.median, Some(r.usec.p99));
+        }
         if let Some(v) = opt(ucx_perftest::run(tls, "tag_lat", 8, n).map(|f| f.median_us)) {
             theirs = Some(theirs.map_or(v, |t| t.min(v)));
         }
     }
-    rows.push(row(
-        &format!("ucx ({name}) 8 B ping-pong, half rt, polling"),
-        "us",
-        Some(ours),
-        &format!("ucx_perftest tag_lat ({tls}), best of 3"),
-        theirs,
-        Goal::AtMost(1.05),
-    ));
+    rows.push(
+        row(
+            &format!("ucx ({name}) 8 B ping-pong, half rt, best of 3"),
+            "us",
+            Some(ours),
+            &format!("ucx_perftest tag_lat ({tls})"),
+            theirs,
+            Goal::AtMost(1.05),
+        )
+        .regimes(POLL, BUSY_PROGRESS)
+        .p99(ours_p99, None),
+    );
     for size in [1_000_000usize, 4_000_000] {
         let mut r =
             sweep::Bandwidth::one(Transport::Ucx, Mode::Put, Completion::Poll, size, a.seconds)
@@ -344,33 +423,51 @@ fn ucx_rows(
         let ours = r.pop().and_then(|r| r.mb_per_s);
         let iters = ((a.seconds * 10_000_000_000.0 / size as f64) as u64).max(100);
         let theirs = opt(ucx_perftest::run(tls, "ucp_put_bw", size, iters).map(|f| f.mb_per_s));
-        rows.push(row(
-            &format!("ucx ({name}) put {size} B, polling"),
-            "MB/s",
-            ours,
-            &format!("ucx_perftest ucp_put_bw ({tls})"),
-            theirs,
-            Goal::AtLeast(0.95),
-        ));
+        rows.push(
+            row(
+                &format!("ucx ({name}) put {size} B"),
+                "MB/s",
+                ours,
+                &format!("ucx_perftest ucp_put_bw ({tls})"),
+                theirs,
+                Goal::AtLeast(0.95),
+            )
+            .regimes(POLL, BUSY_PROGRESS),
+        );
     }
     Ok(())
 }
 
-/// The table.
+/// The table: each row's regime as `ours / theirs`, and latency rows'
+/// 99th percentiles beside their medians.
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<46} {:>5} {:>10}  {:<38} {:>10} {:>7} {:>6} {:>4}\n",
-        "figure", "unit", "ours", "beside", "theirs", "ratio", "target", "met"
+        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>7} {:>4}\n",
+        "figure",
+        "unit",
+        "regime ours / theirs",
+        "ours",
+        "ours p99",
+        "beside",
+        "theirs",
+        "their p99",
+        "ratio",
+        "target",
+        "met"
     );
     let f = |v: Option<f64>| v.map_or("n.a.".into(), |x| format!("{x:.2}"));
+    let g = |v: Option<f64>| v.map_or("".into(), |x| format!("{x:.2}"));
     for r in rows {
         s += &format!(
-            "{:<46} {:>5} {:>10}  {:<38} {:>10} {:>7} {:>6} {:>4}\n",
+            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>7} {:>4}\n",
             r.figure,
             r.unit,
+            format!("{} / {}", r.ours_regime, r.peer_regime),
             f(r.ours),
+            g(r.ours_p99),
             r.peer,
             f(r.theirs),
+            g(r.theirs_p99),
             f(r.ratio),
             r.target,
             match r.met {
@@ -381,4 +478,48 @@ pub fn table(rows: &[Row]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_row_says_both_regimes_and_latency_rows_both_p99s() {
+        let rows = [
+            row(
+                "tcp 64 B ping-pong, half round trip",
+                "us",
+                Some(4.0),
+                "sockperf pp --tcp --nonblocked --mps=max",
+                Some(2.0),
+                Goal::AtMost(1.0),
+            )
+            .regimes(POLL, "busy poll")
+            .p99(Some(5.5), Some(3.25)),
+            row(
+                "tcp reliable 1000000 B",
+                "MB/s",
+                Some(300.0),
+                "iperf3, one stream, -l 1000000",
+                None,
+                Goal::AtLeast(1.0),
+            )
+            .regimes(WAIT, BLOCKING),
+        ];
+        assert_eq!(rows[0].ratio, Some(2.0));
+        assert_eq!(rows[0].met, Some(false));
+        assert_eq!(rows[1].met, None, "no peer figure, no verdict");
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("regime ours / theirs") && lines[0].contains("their p99"));
+        assert!(lines[1].contains("poll / busy poll"), "{t}");
+        assert!(lines[1].contains("5.50") && lines[1].contains("3.25"), "{t}");
+        assert!(lines[1].trim_end().ends_with("NO"), "{t}");
+        assert!(lines[2].contains("wait / blocking") && lines[2].contains("n.a."), "{t}");
+        let j = serde_json::to_value(&rows[0]).unwrap();
+        assert_eq!(j["ours_regime"], "poll");
+        assert_eq!(j["peer_regime"], "busy poll");
+        assert_eq!(j["theirs_p99"], 3.25);
+    }
 }

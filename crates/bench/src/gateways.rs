@@ -61,6 +61,10 @@ pub struct Row {
     pub cp_up: f64,
     /// `macrolink cp` back down through the lane, MB/s.
     pub cp_down: f64,
+    /// cp up / (N x the one-gateway striped figure).
+    pub ratio_cp_up: f64,
+    /// cp down / (N x the one-gateway striped figure).
+    pub ratio_cp_down: f64,
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -440,6 +444,7 @@ fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
         flows,
         secs,
         congestion: None,
+        len: None,
     }
     .mb_per_s()
 }
@@ -492,6 +497,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             kernel_8_flows: k8,
             cp_up: cp.up,
             cp_down: cp.down,
+            ratio_cp_up: cp.up / (n as f64 * one),
+            ratio_cp_down: cp.down / (n as f64 * one),
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -500,7 +507,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>10}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
@@ -509,11 +516,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "kernel 1 flow",
         "kernel 8 flows",
         "cp up",
-        "cp down"
+        "/ (N x one)",
+        "cp down",
+        "/ (N x one)"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>10.1}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
@@ -522,10 +531,19 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             f(r.kernel_1_flow),
             f(r.kernel_8_flows),
             r.cp_up,
-            r.cp_down
+            r.ratio_cp_up,
+            r.cp_down,
+            r.ratio_cp_down
         );
     }
-    println!("cp: macrolink cp through the lane's relays, the file service on the storage host (contact by IP routes)");
+    println!(
+        "one: macrolink's striped figure through one gateway. macrolink: one striped transfer over \
+         every gateway, and 8 at once; kernel ECMP: iperf3 with 1 and with 8 flows (blocking \
+         sockets), hashed over the same links; cp: macrolink cp, one file with its default 2 \
+         streams, through the lane's relays to the file service on the storage host (contact by \
+         IP routes). None of these has a peer in the same regime here: the kernel columns show \
+         what the links carry, not a like-for-like copy."
+    );
     eprintln!("bonding ...");
     println!(
         "bonding: one gateway with 1 and with 2 storage-side links of {} each",

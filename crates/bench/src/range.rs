@@ -744,6 +744,7 @@ fn figure(
                 flows: streams,
                 secs: seconds,
                 congestion: Some(congestion),
+                len: None,
             };
             return run.mb_per_s();
         }

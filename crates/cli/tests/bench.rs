@@ -369,6 +369,9 @@ fn files_bench_rows_have_every_case_and_positive_rates() {
         j.to_str().unwrap(),
     ]);
     assert!(text.contains("download to /dev/null"), "{text}");
+    // Over shared memory the xrdcp ratio is not judged, and the run says why.
+    assert!(text.contains("xrdcp has no shared-memory path"), "{text}");
+    assert!(text.contains("each with 2 data streams"), "{text}");
     let rows = json(&j);
     let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str().unwrap()).collect();
     assert_eq!(

@@ -12,6 +12,9 @@ pub const TOOL: Tool = Tool {
     package: "iperf3",
 };
 
+/// The largest write iperf3 takes (`-l`).
+pub const MAX_LEN: usize = 1 << 20;
+
 /// One iperf3 run.
 #[derive(Clone, Debug)]
 pub struct Run<'a> {
@@ -29,6 +32,8 @@ pub struct Run<'a> {
     pub secs: u32,
     /// Congestion control (`-C`), if not the kernel's default.
     pub congestion: Option<&'a str>,
+    /// Bytes a write (`-l`), if not iperf3's default (128 KiB).
+    pub len: Option<usize>,
 }
 
 impl Run<'_> {
@@ -44,7 +49,12 @@ impl Run<'_> {
                 .args(["-c", self.addr, "-p", &port, "-J"])
                 .args(["-t", &self.secs.max(1).to_string()])
                 .args(["-P", &self.flows.max(1).to_string()])
-                .args(self.congestion.iter().flat_map(|c| ["-C", c])),
+                .args(self.congestion.iter().flat_map(|c| ["-C", c]))
+                .args(
+                    self.len
+                        .iter()
+                        .flat_map(|l| ["-l".to_string(), l.to_string()]),
+                ),
             Duration::from_secs(u64::from(self.secs) + 60),
         )?;
         parse(&out).with_context(|| format!("iperf3 said: {out}"))

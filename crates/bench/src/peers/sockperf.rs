@@ -1,4 +1,5 @@
-//! sockperf: ping-pong latency over TCP or UDP sockets.
+//! sockperf: ping-pong latency over TCP or UDP sockets, blocking or busy
+//! polling.
 
 use anyhow::Context;
 use std::process::Command;
@@ -12,15 +13,53 @@ pub const TOOL: Tool = Tool {
     package: "sockperf",
 };
 
-/// Median ping-pong latency (half round trip) of `size`-byte messages over
-/// UDP or TCP on loopback, for `secs` seconds; microseconds.
-pub fn ping_pong(udp: bool, size: usize, secs: f64) -> anyhow::Result<f64> {
+/// How both sides wait for a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regime {
+    /// Blocking sockets, woken by the kernel (sockperf's default).
+    Blocking,
+    /// Non-blocking sockets polled without sleeping on both sides
+    /// (`--nonblocked`, `--mps=max`): the regime of a polling endpoint.
+    BusyPoll,
+}
+
+impl Regime {
+    /// sockperf's words for it, for a row's label.
+    pub fn flags(self) -> &'static str {
+        match self {
+            Regime::Blocking => "blocking",
+            Regime::BusyPoll => "--nonblocked --mps=max",
+        }
+    }
+
+    fn args(self, client: bool) -> &'static [&'static str] {
+        match (self, client) {
+            (Regime::Blocking, _) => &[],
+            (Regime::BusyPoll, false) => &["--nonblocked"],
+            (Regime::BusyPoll, true) => &["--nonblocked", "--mps=max"],
+        }
+    }
+}
+
+/// A run's latency: half round trips, µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub median: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Ping-pong latency (half round trip) of `size`-byte messages over UDP
+/// or TCP on loopback, for `secs` seconds, both sides in `regime`.
+pub fn ping_pong(udp: bool, size: usize, secs: f64, regime: Regime) -> anyhow::Result<Latency> {
     let port = free_port()?.to_string();
     let proto: &[&str] = if udp { &[] } else { &["--tcp"] };
     let _server = Server::start(
         Command::new(TOOL.program)
             .arg("sr")
             .args(proto)
+            .args(regime.args(false))
             .args(["-i", "127.0.0.1", "-p", &port]),
         Duration::from_millis(400),
     )?;
@@ -28,27 +67,53 @@ pub fn ping_pong(udp: bool, size: usize, secs: f64) -> anyhow::Result<f64> {
         Command::new(TOOL.program)
             .arg("pp")
             .args(proto)
+            .args(regime.args(true))
             .args(["-i", "127.0.0.1", "-p", &port, "-m", &size.to_string()])
             .args(["-t", &format!("{}", secs.ceil().max(1.0))]),
         Duration::from_secs(60),
     )?;
-    parse_median(&out).with_context(|| format!("sockperf said: {out}"))
+    parse(&out).with_context(|| format!("sockperf said: {out}"))
 }
 
-/// The 50th percentile line of sockperf's report.
-pub fn parse_median(out: &str) -> Option<f64> {
-    out.lines()
-        .find(|l| l.contains("percentile 50.000"))
-        .and_then(|l| l.rsplit('=').next())
-        .and_then(|v| v.trim().parse().ok())
+/// The 50th and 99th percentile lines of sockperf's report.
+pub fn parse(out: &str) -> Option<Latency> {
+    let at = |p: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!("percentile {p} ")))
+            .and_then(|l| l.rsplit('=').next())
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some(Latency {
+        median: at("50.000")?,
+        p99: at("99.000")?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn the_median_is_read() {
-        let s = "sockperf: ---> percentile 75.000 =   11.276\nsockperf: ---> percentile 50.000 =   10.313\n";
-        assert_eq!(super::parse_median(s), Some(10.313));
-        assert_eq!(super::parse_median("nothing"), None);
+    fn the_median_and_p99_are_read() {
+        let s = "sockperf: ---> percentile 99.900 =   20.100\n\
+                 sockperf: ---> percentile 99.000 =   14.250\n\
+                 sockperf: ---> percentile 75.000 =   11.276\n\
+                 sockperf: ---> percentile 50.000 =   10.313\n";
+        assert_eq!(
+            parse(s),
+            Some(Latency {
+                median: 10.313,
+                p99: 14.25
+            })
+        );
+        assert_eq!(parse("sockperf: ---> percentile 50.000 = 1.0\n"), None);
+        assert_eq!(parse("nothing"), None);
+    }
+
+    #[test]
+    fn busy_polling_is_asked_of_both_sides() {
+        assert!(Regime::BusyPoll.args(false).contains(&"--nonblocked"));
+        assert!(Regime::BusyPoll.args(true).contains(&"--mps=max"));
+        assert!(Regime::Blocking.args(true).is_empty());
     }
 }

@@ -78,11 +78,14 @@ impl Drop for Xrootd {
     }
 }
 
-/// `xrdcp` copying `from` to `to` (either a `root://` URL), overwriting,
-/// quietly, with one retry of the connection and a minute per request.
-pub fn xrdcp(from: &str, to: &str) -> Command {
+/// `xrdcp` copying `from` to `to` (either a `root://` URL) over `streams`
+/// parallel data streams (its `--streams`, beside the control stream, at
+/// most 15), overwriting, quietly, with one retry of the connection and a
+/// minute per request.
+pub fn xrdcp(from: &str, to: &str, streams: u32) -> Command {
     let mut c = Command::new(CLIENT.program);
-    c.args(["-f", "-s", from, to])
+    c.args(["-f", "-s", "--streams", &streams.clamp(1, 15).to_string()])
+        .args([from, to])
         .env("XRD_CONNECTIONRETRY", "1")
         .env("XRD_REQUESTTIMEOUT", "60");
     c
