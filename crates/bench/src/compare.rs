@@ -224,10 +224,11 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     }
 
     eprintln!("tcp bandwidth ...");
-    // iperf3 blocks in the kernel and writes `-l` bytes at a time (1 MiB at
-    // most): ours waits too, with messages of the same size where iperf3
-    // takes it.
-    for size in [1_000_000usize, 4_000_000] {
+    // iperf3 blocks in the kernel and writes `-l` bytes at a time: ours
+    // waits too, with messages of the same size. iperf3 writes 1 MiB at
+    // most, so a 4 MB row would compare unlike sizes: there is none.
+    {
+        let size = 1_000_000usize;
         let len = size.min(iperf3::MAX_LEN);
         let ip = iperf3::TOOL
             .installed()
@@ -514,9 +515,15 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].contains("regime ours / theirs") && lines[0].contains("their p99"));
         assert!(lines[1].contains("poll / busy poll"), "{t}");
-        assert!(lines[1].contains("5.50") && lines[1].contains("3.25"), "{t}");
+        assert!(
+            lines[1].contains("5.50") && lines[1].contains("3.25"),
+            "{t}"
+        );
         assert!(lines[1].trim_end().ends_with("NO"), "{t}");
-        assert!(lines[2].contains("wait / blocking") && lines[2].contains("n.a."), "{t}");
+        assert!(
+            lines[2].contains("wait / blocking") && lines[2].contains("n.a."),
+            "{t}"
+        );
         let j = serde_json::to_value(&rows[0]).unwrap();
         assert_eq!(j["ours_regime"], "poll");
         assert_eq!(j["peer_regime"], "busy poll");
