@@ -144,6 +144,9 @@ pub struct Row {
     pub mb_per_s: f64,
     /// Share of the link's rate.
     pub of_link: f64,
+    /// Why the figure could not be had (its rate then reads 0): the sweep
+    /// goes on with the next.
+    pub error: Option<String>,
 }
 
 /// One latency figure: an IMB pattern of 8-byte messages.
@@ -376,8 +379,12 @@ pub fn run(o: &Options, mut each: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> 
                             secret: &secret,
                             dir: dir.path(),
                         };
-                        let mb_per_s = figure(&ends, contender, streams, (o.seconds, expect))?;
-                        if streams == 1 {
+                        let (mb_per_s, error) =
+                            match figure(&ends, contender, streams, (o.seconds, expect)) {
+                                Ok(v) => (v, None),
+                                Err(e) => (0.0, Some(format!("{e:#}"))),
+                            };
+                        if streams == 1 && error.is_none() {
                             expect = (mb_per_s * 1e6).max(1e6);
                         }
                         let row = Row {
@@ -388,6 +395,7 @@ pub fn run(o: &Options, mut each: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> 
                             streams,
                             mb_per_s,
                             of_link: mb_per_s * 1e6 / link_rate,
+                            error,
                         };
                         each(&row);
                         rows.push(row);
@@ -762,25 +770,30 @@ fn rand_u128() -> u128 {
 pub const HEADER: &str =
     "      km  loss    window  contender              streams      MB/s  of link";
 
-/// One row as a line of the table.
+/// One row as a line of the table; a failed figure says why.
 pub fn line(r: &Row) -> String {
-    format!(
-        "{:>8}  {:<6} {:>7}  {:<22} {:>7} {:>9.1}  {:>6.3}",
+    let head = format!(
+        "{:>8}  {:<6} {:>7}  {:<22} {:>7}",
         r.km,
         r.loss,
         r.window_kib.map_or("auto".into(), |w| format!("{w}K")),
         r.contender.name(),
         r.streams,
-        r.mb_per_s,
-        r.of_link
-    )
+    );
+    match &r.error {
+        None => format!("{head} {:>9.1}  {:>6.3}", r.mb_per_s, r.of_link),
+        Some(e) => format!("{head}  failed: {}", e.lines().next().unwrap_or_default()),
+    }
 }
 
 /// Throughput against distance, one line per contender and stream count,
 /// distance in metres on a log axis.
 pub fn plot(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for r in rows.iter().filter(|r| r.window_kib.is_none()) {
+    for r in rows
+        .iter()
+        .filter(|r| r.window_kib.is_none() && r.error.is_none())
+    {
         let name = format!(
             "{}, {} stream{}, loss {}",
             r.contender.name(),
@@ -904,6 +917,25 @@ mod tests {
             LAT_HEADER.len(),
             "columns under their heads"
         );
+    }
+
+    #[test]
+    fn a_failed_figure_says_why() {
+        let mut r = Row {
+            km: 1000.0,
+            loss: "0.1%".into(),
+            window_kib: None,
+            contender: Contender::Relays,
+            streams: 4,
+            mb_per_s: 120.5,
+            of_link: 0.964,
+            error: None,
+        };
+        assert!(line(&r).ends_with("120.5   0.964"), "{}", line(&r));
+        r.error = Some("bench bw: lost the connection\nmore".into());
+        assert!(line(&r).ends_with("failed: bench bw: lost the connection"));
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["error"], "bench bw: lost the connection\nmore");
     }
 
     #[test]

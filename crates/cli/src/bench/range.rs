@@ -98,6 +98,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         all.accuracy = range::accuracy(&o, |r| println!("{}", range::acc_line(r)))?;
         all.save(a.json.as_deref())?;
     }
+    let failed = all.throughput.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} throughput figure(s) failed; their rows say why");
+    }
     Ok(())
 }
 
