@@ -309,6 +309,45 @@ fn killed(kind: Kind) {
     );
 }
 
+/// Messages written just before the writer closes its endpoint all
+/// arrive, in order, before the reader hears that the writer is gone (over
+/// UCX the contact socket's end travels apart from the data and may
+/// overtake it).
+fn last_words(kind: Kind) {
+    if !kind.caps().connected {
+        return;
+    }
+    let _watch = common::watchdog(60, "last words");
+    let Some(p) = Pair::new(kind) else { return };
+    const COUNT: u32 = 20;
+    for round in 0..10u32 {
+        let mut reader = p.b.open(100 + round, cfg(Completion::Poll)).unwrap();
+        let mut writer = p.a.open(100 + round, cfg(Completion::Poll)).unwrap();
+        let t = p.target(&mut writer, Addr::new(2, 100 + round), kind.mode());
+        let w = thread::spawn(move || {
+            for i in 0..COUNT {
+                writer.write(t, &i.to_le_bytes()).unwrap();
+            }
+            // Closed as soon as the last write returns.
+            drop(writer);
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..COUNT {
+            let r = reader
+                .read_timeout(&mut buf, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{}: message {i} of round {round}: {e}", kind.transport))
+                .unwrap_or_else(|| panic!("message {i} of round {round} never came"));
+            assert_eq!(&buf[..r.len], &i.to_le_bytes(), "round {round}");
+        }
+        w.join().unwrap();
+        // Then the writer's end shows as a loss or as silence, never data.
+        match reader.read_timeout(&mut buf, Duration::from_millis(300)) {
+            Ok(None) | Err(Error::PeerLost { .. }) => {}
+            other => panic!("{}: after the last message: {other:?}", kind.transport),
+        }
+    }
+}
+
 /// The bytes of a registered region, copied out.
 fn region(e: &Endpoint, key: RegionKey) -> Vec<u8> {
     let mut b = vec![0u8; e.region_len(key).unwrap()];
@@ -622,6 +661,11 @@ macro_rules! suite {
             #[test]
             fn an_unknown_endpoint_is_refused() {
                 unknown(KIND)
+            }
+
+            #[test]
+            fn messages_written_before_a_close_all_arrive() {
+                last_words(KIND)
             }
         }
     )*};

@@ -66,7 +66,7 @@ impl ucx::Conns for Vec<Slot> {
     }
 }
 
-/// Idle passes between looks at an endpoint's datagram socket while no
+/// Passes between looks at an endpoint's datagram socket while no
 /// datagram has come yet.
 const UDP_LOOK_EVERY: u32 = 1024;
 
@@ -108,6 +108,9 @@ pub struct Endpoint {
     idle_spins: u32,
     /// Datagrams are in use: look at the UDP socket on every pass.
     udp_hot: bool,
+    /// Passes, busy or idle, until the next look at the UDP socket while
+    /// it is not in use.
+    udp_countdown: u32,
     in_send: bool,
     send_timeout: Option<Duration>,
 }
@@ -160,6 +163,7 @@ impl Endpoint {
             next_slot: 0,
             idle_spins: 0,
             udp_hot: false,
+            udp_countdown: 1,
             in_send: false,
             send_timeout: cfg.send_timeout,
             node,
@@ -803,6 +807,21 @@ impl Endpoint {
     fn progress_with(&mut self, mut user: Option<&mut [u8]>) -> Result<(Option<Recv>, bool)> {
         self.adopt_incoming();
         let mut moved = false;
+        // UCX first: what its worker holds for a connection goes ahead of
+        // the loss a pass over the connections may find for it.
+        if let Some(port) = self.ucx.as_mut() {
+            match port.progress(&mut self.core, user.as_deref_mut(), &mut self.slots) {
+                Step::Delivered(r) => return Ok((Some(r), true)),
+                Step::TooSmall(needed) => {
+                    return Err(Error::BufferTooSmall {
+                        needed: needed as usize,
+                        have: user.map_or(0, |b| b.len()),
+                    })
+                }
+                Step::Moved => moved = true,
+                Step::Idle | Step::Lost(_) => {}
+            }
+        }
         let n = self.slots.len();
         // From where the last delivery left off, round to it (no division
         // per slot: a pass is a few tens of nanoseconds).
@@ -830,26 +849,17 @@ impl Endpoint {
                 }
             }
         }
-        if let Some(port) = self.ucx.as_mut() {
-            match port.progress(&mut self.core, user.as_deref_mut(), &mut self.slots) {
-                Step::Delivered(r) => return Ok((Some(r), true)),
-                Step::TooSmall(needed) => {
-                    return Err(Error::BufferTooSmall {
-                        needed: needed as usize,
-                        have: user.map_or(0, |b| b.len()),
-                    })
-                }
-                Step::Moved => moved = true,
-                Step::Idle | Step::Lost(_) => {}
-            }
-        }
         // The datagram socket costs a system call per look: while polling,
-        // look every pass only once datagrams are in use, else now and then
-        // (a message arriving during that system call waits for it). Not
-        // on the first idle pass, which follows every message.
-        let look = self.udp_hot
-            || self.core.completion == Completion::Wait
-            || (self.idle_spins + 1).is_multiple_of(UDP_LOOK_EVERY);
+        // look every pass only once datagrams are in use, else once every
+        // so many passes, busy or idle (a message arriving during that
+        // system call waits for it; a steady stream on other connections
+        // does not keep a datagram waiting).
+        self.udp_countdown = self.udp_countdown.saturating_sub(1);
+        let look =
+            self.udp_hot || self.core.completion == Completion::Wait || self.udp_countdown == 0;
+        if self.udp_countdown == 0 {
+            self.udp_countdown = UDP_LOOK_EVERY;
+        }
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
             match udp.progress(&mut self.core, &self.inbox, user)? {
                 Step::Delivered(r) => {

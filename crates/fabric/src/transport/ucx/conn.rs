@@ -75,6 +75,9 @@ pub(crate) struct Conn {
     unflushed: bool,
     flushing: Option<*mut c_void>,
     lost: Option<String>,
+    /// When the peer's contact socket ended: what its UCX endpoint sent
+    /// before travels on another connection and may still be coming.
+    eof_at: Option<Instant>,
 }
 
 // SAFETY: every UCX handle here belongs to the endpoint's worker and is
@@ -83,6 +86,10 @@ unsafe impl Send for Conn {}
 
 /// How long closing a connection may wait for UCX.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// How long after the peer's contact socket ends its messages still count:
+/// a peer that closes sends its last messages on UCX's own connection
+/// first, which the end of the contact socket may overtake.
+const EOF_GRACE: Duration = Duration::from_millis(200);
 
 impl Conn {
     /// The connection to `peer` whose card is `card`, on `worker`. With
@@ -154,6 +161,7 @@ impl Conn {
             unflushed: false,
             flushing: None,
             lost: None,
+            eof_at: None,
         }))
     }
 
@@ -203,12 +211,17 @@ impl Conn {
     #[inline]
     fn broken(&self) -> bool {
         // SAFETY: the cell lives as long as the connection.
-        self.lost.is_some() || unsafe { &*self.err }.load(Ordering::Relaxed) != 0
+        self.lost.is_some()
+            || unsafe { &*self.err }.load(Ordering::Relaxed) != 0
+            || self.eof_at.is_some_and(|t| t.elapsed() >= EOF_GRACE)
     }
 
     fn why_lost(&self) -> Option<String> {
         if let Some(r) = &self.lost {
             return Some(r.clone());
+        }
+        if self.eof_at.is_some_and(|t| t.elapsed() >= EOF_GRACE) {
+            return Some("the peer closed its contact socket".into());
         }
         // SAFETY: the cell lives as long as the connection.
         let s = unsafe { &*self.err }.load(Ordering::Acquire);
@@ -410,7 +423,9 @@ impl Connection for Conn {
         let mut b = [0u8; 1];
         match sys::recv(self.sock.as_raw_fd(), &mut b, true) {
             Ok(None) => {}
-            Ok(Some(0)) => self.fail("the peer closed its contact socket".into()),
+            Ok(Some(0)) => {
+                self.eof_at.get_or_insert_with(Instant::now);
+            }
             Ok(Some(_)) => self.fail("the peer spoke on its contact socket".into()),
             Err(e) => self.fail(format!("contact socket: {e}")),
         }
@@ -563,20 +578,34 @@ impl OneSided for Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         let until = Some(Instant::now() + CLOSE_WAIT);
+        // What was sent goes out before the connection closes, as bytes
+        // written to a socket do: while the peer is there, sends and
+        // control messages UCX holds are waited for; a peer that is gone
+        // gets them cancelled.
+        let healthy = !self.broken() && self.eof_at.is_none();
         let pending = self
             .sending
             .take()
             .into_iter()
             .chain(self.flushing.take())
-            .chain(self.control_out.drain(..).map(|(r, _)| r))
+            .chain(self.control_out.iter().map(|(r, _)| *r))
             .collect::<Vec<_>>();
+        let mut unfinished = false;
         for req in pending {
-            // SAFETY: live requests of this worker, cancelled, then waited
-            // for so that no buffer they name is freed under UCX.
+            // SAFETY: live requests of this worker, waited for (or
+            // cancelled, then waited for) so that no buffer they name is
+            // freed under UCX.
             unsafe {
-                (self.ucp.request_cancel)(self.worker().h, req);
-                finish(self.ucp, self.worker(), req, until);
+                if !healthy || finish(self.ucp, self.worker(), req, until).is_none() {
+                    (self.ucp.request_cancel)(self.worker().h, req);
+                    unfinished |= finish(self.ucp, self.worker(), req, until).is_none();
+                }
             }
+        }
+        let control_out = std::mem::take(&mut self.control_out);
+        if unfinished {
+            // UCX may still read them: leave them to it.
+            std::mem::forget(control_out);
         }
         for r in self.remote.drain(..) {
             // SAFETY: keys unpacked on this endpoint, destroyed once,
