@@ -197,10 +197,10 @@ impl Regions {
         if end > r.len {
             return None;
         }
+        // No reference to the shared bytes is made, so a peer writing them
+        // meanwhile breaks no rule of this process: it only mixes the bytes.
         // SAFETY: `offset..end` lies inside the region's `len` bytes after
-        // its head, mapped as long as `r` lives; no reference to the shared
-        // bytes is made, so a peer writing them meanwhile breaks no rule of
-        // this process, it only mixes the bytes copied.
+        // its head, mapped as long as `r` lives.
         unsafe { std::ptr::copy_nonoverlapping(r.data().add(offset), dst.as_mut_ptr(), dst.len()) };
         Some(())
     }
@@ -229,10 +229,10 @@ impl Regions {
     /// endpoint: a slice that lives only for that read.
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         let r = &mut self.list[i];
-        // SAFETY: the mapping is HEAD + len bytes and lives as long as the
-        // region; `&mut self` keeps this process to one user of it, and
-        // the slice is only written into (by a read from the peer's
+        // The slice is only written into (by a read from the peer's
         // connection) before it is dropped.
+        // SAFETY: the mapping is HEAD + len bytes and lives as long as the
+        // region; `&mut self` keeps this process to one user of it.
         unsafe { std::slice::from_raw_parts_mut(r.data(), r.len) }
     }
 }

@@ -503,10 +503,10 @@ impl OneSided for Conn {
         let r = &self.remote[i];
         assert!(offset + data.len() <= r.len, "bounds checked by the caller");
         let p = ffi::RequestParam::new();
+        // The range was checked by the caller against the exported length.
         // SAFETY: a live endpoint and remote key; the range lies inside the
-        // region the peer exported (checked by the caller against its
-        // length); `data` is borrowed until the put is complete locally,
-        // waited for below.
+        // region the peer exported; `data` is borrowed until the put is
+        // complete locally, waited for below.
         let at = unsafe {
             (self.ucp.put_nbx)(
                 self.ep,
