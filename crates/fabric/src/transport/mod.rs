@@ -244,7 +244,7 @@ pub(crate) trait OneSided {
     fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> io::Result<()>;
     /// Writes `len` bytes, which `fill` produces, at `offset` of region
     /// `i` (the caller checked the bounds): in place where the transport
-    /// maps the region, else through `scratch`.
+    /// maps the region (it overrides this), else through `scratch`.
     fn fill(
         &mut self,
         i: usize,
@@ -252,7 +252,11 @@ pub(crate) trait OneSided {
         len: usize,
         scratch: &mut IoBuf,
         fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>,
-    ) -> io::Result<()>;
+    ) -> io::Result<()> {
+        scratch.ensure(len)?;
+        fill(&mut scratch[..len])?;
+        self.write(i, offset, &scratch[..len])
+    }
     /// Moves the puts made so far towards the target's memory; true once
     /// every one of them is there.
     fn flush(&mut self) -> io::Result<bool> {

@@ -9,7 +9,7 @@
 //! once a flush of the endpoint completes.
 
 use macrolink_wire::ucx::{Card, Tag, TagKind};
-use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use macrolink_wire::{FrameKind, Header};
 use std::ffi::c_void;
 use std::io;
 use std::net::TcpStream;
@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{self, Posted, Ucp};
 use super::port::DATAGRAM_AM;
-use super::{error, finish, Worker};
-use crate::iobuf::IoBuf;
+use super::{control_bytes, error, finish, Worker};
 use crate::rx::{Core, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, Control, OneSided, RegionAnswer, SendState};
@@ -248,11 +247,7 @@ impl Conn {
                 "puts over UCX are one-sided",
             )),
             _ => {
-                let mut h = *h;
-                h.len = payload.len() as u32;
-                let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
-                bytes.extend_from_slice(&h.encode());
-                bytes.extend_from_slice(payload);
+                let bytes = control_bytes(h, payload);
                 let p = ffi::RequestParam::new();
                 // SAFETY: `bytes` moves into `control_out` (the heap block
                 // does not move) until the request completes.
@@ -527,19 +522,6 @@ impl OneSided for Conn {
             return Err(error(self.ucp, "ucp_put_nbx", s));
         }
         Ok(())
-    }
-
-    fn fill(
-        &mut self,
-        i: usize,
-        offset: usize,
-        len: usize,
-        scratch: &mut IoBuf,
-        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>,
-    ) -> io::Result<()> {
-        scratch.ensure(len)?;
-        fill(&mut scratch[..len])?;
-        self.write(i, offset, &scratch[..len])
     }
 
     fn flush(&mut self) -> io::Result<bool> {

@@ -447,6 +447,18 @@ pub(crate) unsafe fn finish(
     }
 }
 
+/// A control message as it goes out: `h` (its length set to the
+/// payload's) and the payload, in one block that stays put until UCX has
+/// sent it.
+pub(crate) fn control_bytes(h: &macrolink_wire::Header, payload: &[u8]) -> Vec<u8> {
+    let mut h = *h;
+    h.len = payload.len() as u32;
+    let mut bytes = Vec::with_capacity(macrolink_wire::HEADER_LEN + payload.len());
+    bytes.extend_from_slice(&h.encode());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
 /// A UCX status as an I/O error naming what failed.
 pub(crate) fn error(ucp: &Ucp, what: &str, s: ffi::Status) -> io::Error {
     io::Error::other(format!("{what}: {}", ucp.describe(s)))

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::ffi::{self, Posted, Ucp};
-use super::{error, finish, Contact, Context, Shared, Worker, CREDITS};
+use super::{control_bytes, error, finish, Contact, Context, Shared, Worker, CREDITS};
 use crate::rx::{Body, Core, Ready, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, RegionAnswer};
@@ -829,11 +829,7 @@ impl Port {
     /// cannot wait for the endpoint's next write), keeping its bytes until
     /// UCX is done with them.
     fn send(&mut self, ep: ffi::Ep, tag: u64, h: &Header, payload: &[u8]) {
-        let mut h = *h;
-        h.len = payload.len() as u32;
-        let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
-        bytes.extend_from_slice(&h.encode());
-        bytes.extend_from_slice(payload);
+        let bytes = control_bytes(h, payload);
         let p = ffi::RequestParam::new();
         // SAFETY: `ep` belongs to a live connection of this worker (entries
         // go when their connection does); `bytes` stays alive in `sending`
