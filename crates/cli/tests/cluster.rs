@@ -101,6 +101,8 @@ fn across_the_relays_without_a_lane_cp_says_so_and_ls_works() {
     let file = d.path().join("c.toml");
     let export = d.path().join("export");
     std::fs::create_dir(&export).unwrap();
+    // Its own meeting directory: other tests run hosts with the same node ids.
+    let run = d.path().join("run");
     std::fs::write(export.join("there"), b"x").unwrap();
     std::fs::write(
         &file,
@@ -144,7 +146,8 @@ relay = "relay-w"
     let host = |name: &str| {
         let mut c = Command::new(EXE);
         c.args(["node"]).arg(&file).args(["--host", name]);
-        c.env("MACROLINK_SECRET", SECRET);
+        c.env("MACROLINK_SECRET", SECRET)
+            .env("XDG_RUNTIME_DIR", &run);
         Reap(Peer::spawn_cmd(c).unwrap())
     };
     let _hosts = ["disk", "relay-e", "relay-w"].map(host);
@@ -155,6 +158,7 @@ relay = "relay-w"
             .arg(&file)
             .args(["--host", "cpu"])
             .env("MACROLINK_SECRET", SECRET)
+            .env("XDG_RUNTIME_DIR", &run)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
@@ -181,6 +185,8 @@ fn node_runs_each_host_of_a_file_by_name_or_rank() {
     let file = d.path().join("c.toml");
     let export = d.path().join("export");
     std::fs::create_dir(&export).unwrap();
+    // Its own meeting directory: other tests run hosts with the same node ids.
+    let run = d.path().join("run");
     std::fs::write(
         &file,
         r#"
@@ -214,7 +220,8 @@ storage = ["disk"]
     let host = |name: &str| {
         let mut c = Command::new(EXE);
         c.args(["node"]).arg(&file).args(["--host", name]);
-        c.env("MACROLINK_SECRET", SECRET);
+        c.env("MACROLINK_SECRET", SECRET)
+            .env("XDG_RUNTIME_DIR", &run);
         Reap(Peer::spawn_cmd(c).unwrap())
     };
     let _disk = host("disk");
@@ -226,6 +233,7 @@ storage = ["disk"]
         .args(["--mib", "4"])
         .env("SLURM_PROCID", "0")
         .env("MACROLINK_SECRET", SECRET)
+        .env("XDG_RUNTIME_DIR", &run)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
