@@ -348,6 +348,41 @@ fn last_words(kind: Kind) {
     }
 }
 
+/// A writer that writes and is gone (its endpoint dropped, with whatever
+/// its transport keeps of it) before the reader's endpoint has taken the
+/// connection: what it wrote still arrives, whole and in order, then the
+/// loss or silence. Over UCX's shared memory the reader cannot even make an
+/// endpoint back to the gone writer. (Over UCX's tcp a writer cannot get
+/// that far: its first send waits for the reader's worker to answer.)
+fn gone_before_taken(kind: Kind) {
+    if !kind.caps().connected || kind.tls.is_some_and(|t| !t.starts_with("sm")) {
+        return;
+    }
+    let _watch = common::watchdog(60, "gone before taken");
+    let Some(p) = Pair::new(kind) else { return };
+    const COUNT: u32 = 20;
+    let mut reader = p.b.open(200, cfg(Completion::Poll)).unwrap();
+    {
+        let mut writer = p.a.open(200, cfg(Completion::Poll)).unwrap();
+        let t = p.target(&mut writer, Addr::new(2, 200), kind.mode());
+        for i in 0..COUNT {
+            writer.write(t, &i.to_le_bytes()).unwrap();
+        }
+    }
+    let mut buf = [0u8; 64];
+    for i in 0..COUNT {
+        let r = reader
+            .read_timeout(&mut buf, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{}: message {i}: {e}", kind.transport))
+            .unwrap_or_else(|| panic!("{}: message {i} never came", kind.transport));
+        assert_eq!(&buf[..r.len], &i.to_le_bytes());
+    }
+    match reader.read_timeout(&mut buf, Duration::from_millis(300)) {
+        Ok(None) | Err(Error::PeerLost { .. }) => {}
+        other => panic!("{}: after the last message: {other:?}", kind.transport),
+    }
+}
+
 /// The bytes of a registered region, copied out.
 fn region(e: &Endpoint, key: RegionKey) -> Vec<u8> {
     let mut b = vec![0u8; e.region_len(key).unwrap()];
@@ -666,6 +701,11 @@ macro_rules! suite {
             #[test]
             fn messages_written_before_a_close_all_arrive() {
                 last_words(KIND)
+            }
+
+            #[test]
+            fn a_writer_gone_before_its_connection_was_taken_is_still_heard() {
+                gone_before_taken(KIND)
             }
         }
     )*};

@@ -641,7 +641,8 @@ where
     let traded = (|| -> io::Result<()> {
         answer(&mut t)?;
         let card = read_card(&mut t).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let contact = ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone());
+        let contact =
+            ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone()).accepted();
         inbox.push(Incoming {
             peer,
             link: Dialled::Ucx(contact),

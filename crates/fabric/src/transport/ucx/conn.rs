@@ -77,6 +77,11 @@ pub(crate) struct Conn {
     /// When the peer's contact socket ended: what its UCX endpoint sent
     /// before travels on another connection and may still be coming.
     eof_at: Option<Instant>,
+    /// Why UCX could not make an endpoint back to the peer, and since
+    /// when (`ep` is null then): an accepted connection whose peer already
+    /// went (its shared memory with it) still delivers what it sent, for
+    /// [`EOF_GRACE`], then is lost; nothing is sent on it.
+    unreachable: Option<(String, Instant)>,
 }
 
 // SAFETY: every UCX handle here belongs to the endpoint's worker and is
@@ -131,6 +136,40 @@ impl Conn {
             }
             return Err(error(ucp, "ucp_ep_create", s).into());
         }
+        Ok(Some(Conn::with_ep(
+            ucp, worker, efd, ep, err, sock, card, peer,
+        )?))
+    }
+
+    /// An accepted connection to a peer UCX cannot reach (`why`): what the
+    /// peer sent before it went is delivered, then the connection is lost.
+    pub(super) fn unreachable(
+        ucp: &'static Ucp,
+        worker: *const Worker,
+        efd: RawFd,
+        sock: &TcpStream,
+        card: &Card,
+        peer: Addr,
+        why: String,
+    ) -> io::Result<Conn> {
+        let err = Box::into_raw(Box::new(AtomicI32::new(0)));
+        let null = std::ptr::null_mut();
+        let mut c = Conn::with_ep(ucp, worker, efd, null, err, sock, card, peer)?;
+        c.unreachable = Some((why, Instant::now()));
+        Ok(c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_ep(
+        ucp: &'static Ucp,
+        worker: *const Worker,
+        efd: RawFd,
+        ep: ffi::Ep,
+        err: *mut AtomicI32,
+        sock: &TcpStream,
+        card: &Card,
+        peer: Addr,
+    ) -> io::Result<Conn> {
         let sock = sock.try_clone()?;
         sock.set_nonblocking(true)?;
         let tag = |kind| {
@@ -141,7 +180,7 @@ impl Conn {
             }
             .encode()
         };
-        Ok(Some(Conn {
+        Ok(Conn {
             ucp,
             worker,
             efd,
@@ -161,10 +200,12 @@ impl Conn {
             flushing: None,
             lost: None,
             eof_at: None,
-        }))
+            unreachable: None,
+        })
     }
 
-    /// The UCP endpoint, for the worker to answer on.
+    /// The UCP endpoint, for the worker to answer on (null: none, see
+    /// [`Conn::unreachable`]).
     pub(super) fn ep(&self) -> ffi::Ep {
         self.ep
     }
@@ -213,11 +254,28 @@ impl Conn {
         self.lost.is_some()
             || unsafe { &*self.err }.load(Ordering::Relaxed) != 0
             || self.eof_at.is_some_and(|t| t.elapsed() >= EOF_GRACE)
+            || self
+                .unreachable
+                .as_ref()
+                .is_some_and(|(_, t)| t.elapsed() >= EOF_GRACE)
+    }
+
+    /// Why nothing can be sent on the connection now, if so.
+    fn cannot_send(&self) -> Option<io::Error> {
+        let why = match &self.unreachable {
+            Some((why, _)) => why.clone(),
+            None if self.broken() => self.why_lost().unwrap_or_default(),
+            None => return None,
+        };
+        Some(io::Error::new(io::ErrorKind::ConnectionAborted, why))
     }
 
     fn why_lost(&self) -> Option<String> {
         if let Some(r) = &self.lost {
             return Some(r.clone());
+        }
+        if let Some((why, t)) = &self.unreachable {
+            return (t.elapsed() >= EOF_GRACE).then(|| why.clone());
         }
         if self.eof_at.is_some_and(|t| t.elapsed() >= EOF_GRACE) {
             return Some("the peer closed its contact socket".into());
@@ -342,9 +400,8 @@ impl Connection for Conn {
     }
 
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
-        if self.broken() {
-            let why = self.why_lost().unwrap_or_default();
-            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
+        if let Some(e) = self.cannot_send() {
+            return Err(e);
         }
         if st.posted {
             let Some(req) = self.sending else {
@@ -463,6 +520,9 @@ impl OneSided for Conn {
                 "a region that wraps the address space",
             ));
         }
+        if let Some(e) = self.cannot_send() {
+            return Err(e);
+        }
         let mut h = std::ptr::null_mut();
         // SAFETY: a live endpoint; UCX checks the packed key's form and
         // refuses one it cannot read.
@@ -495,6 +555,9 @@ impl OneSided for Conn {
     }
 
     fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> io::Result<()> {
+        if let Some(e) = self.cannot_send() {
+            return Err(e);
+        }
         let r = &self.remote[i];
         assert!(offset + data.len() <= r.len, "bounds checked by the caller");
         let p = ffi::RequestParam::new();
@@ -539,7 +602,7 @@ impl OneSided for Conn {
                 return Err(error(self.ucp, "ucp_ep_flush_nbx", s));
             }
         }
-        if !self.unflushed {
+        if !self.unflushed || self.ep.is_null() {
             return Ok(true);
         }
         self.unflushed = false;
@@ -593,6 +656,11 @@ impl Drop for Conn {
             // SAFETY: keys unpacked on this endpoint, destroyed once,
             // before it closes.
             unsafe { (self.ucp.rkey_destroy)(r.rkey) };
+        }
+        if self.ep.is_null() {
+            // SAFETY: the error cell, never handed to UCX, freed once.
+            drop(unsafe { Box::from_raw(self.err) });
+            return;
         }
         let mut p = ffi::RequestParam::new();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;

@@ -282,7 +282,8 @@ impl Drop for MemReg {
 #[derive(Debug)]
 pub(crate) struct Shared {
     address: Vec<u8>,
-    used: Mutex<Vec<bool>>,
+    /// The token of each index in use.
+    used: Mutex<Vec<Option<u64>>>,
 }
 
 impl Shared {
@@ -300,15 +301,15 @@ impl Shared {
         getrandom::fill(&mut t).map_err(|e| io::Error::other(e.to_string()))?;
         let token = u64::from_le_bytes(t) & TOKEN_MASK;
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
-        let i = match used.iter().position(|u| !u) {
+        let i = match used.iter().position(Option::is_none) {
             Some(i) => i,
             None if used.len() <= u16::MAX as usize => {
-                used.push(false);
+                used.push(None);
                 used.len() - 1
             }
             None => return Ok(None),
         };
-        used[i] = true;
+        used[i] = Some(token);
         Ok(Some((i as u16, token)))
     }
 
@@ -316,8 +317,16 @@ impl Shared {
     pub(crate) fn free(&self, index: u16) {
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(u) = used.get_mut(index as usize) {
-            *u = false;
+            *u = None;
         }
+    }
+
+    /// Whether `index` is held with `token`: by a connection, or by a
+    /// handshake whose connection its endpoint has not taken yet (the
+    /// peer may already be sending on it).
+    pub(crate) fn holds(&self, index: u16, token: u64) -> bool {
+        let used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        used.get(index as usize).copied().flatten() == Some(token)
     }
 
     /// The card that tells a peer how to reach this worker at `index`.
@@ -344,6 +353,8 @@ pub(crate) struct Contact {
     pub(crate) peer: Card,
     /// Gives `index` back unless a connection takes it.
     pub(crate) guard: IndexGuard,
+    /// The peer dialled this side.
+    pub(crate) accepted: bool,
 }
 
 impl Contact {
@@ -363,6 +374,15 @@ impl Contact {
                 shared: Some(shared),
                 index,
             },
+            accepted: false,
+        }
+    }
+
+    /// The same, of a connection the peer dialled.
+    pub(crate) fn accepted(self) -> Contact {
+        Contact {
+            accepted: true,
+            ..self
         }
     }
 }
@@ -484,9 +504,13 @@ mod tests {
         let (b, tb) = s.allocate().unwrap().unwrap();
         assert_ne!(a, b);
         assert!(ta <= TOKEN_MASK && tb <= TOKEN_MASK);
+        assert!(s.holds(a, ta) && s.holds(b, tb));
+        assert!(!s.holds(a, tb), "another token");
         s.free(a);
-        let (c, _) = s.allocate().unwrap().unwrap();
+        assert!(!s.holds(a, ta), "given back");
+        let (c, tc) = s.allocate().unwrap().unwrap();
         assert_eq!(c, a, "a freed index is taken again");
+        assert!(s.holds(c, tc));
         let card = s.card(b, tb);
         assert_eq!((card.index, card.token, card.credits), (b, tb, CREDITS));
     }

@@ -38,6 +38,9 @@ pub(crate) const DATAGRAM_AM: u32 = 0;
 const RING: usize = 64;
 /// Tagged messages taken off UCX in one pass, at most.
 const PROBES_PER_PASS: usize = 64;
+/// Messages kept for connections their endpoint has not taken yet, at
+/// most; past that, the rest wait with UCX until it has.
+const LIMBO_CAP: usize = 4096;
 /// Largest control message: a header, an address and a packed key.
 const MAX_CONTROL: usize = HEADER_LEN + 8 + MAX_ADDRESS;
 
@@ -171,8 +174,10 @@ pub(crate) struct Port {
     table: Table,
     /// The handler's ring, owned here (from `Box::into_raw`).
     ring: *mut Ring,
-    /// Probed messages whose connection the endpoint had not taken yet:
-    /// tried again on the next pass, after it has.
+    /// Probed messages of a connection that a handshake agreed on but the
+    /// endpoint had not taken yet (the peer heard the answer first): tried
+    /// again every pass until it has, or until the handshake's index is
+    /// given back.
     limbo: Vec<(ffi::TagMessage, ffi::TagRecvInfo)>,
     /// Control messages and credit this side sent, with their bytes, until
     /// UCX is done with them.
@@ -317,18 +322,32 @@ impl Port {
             token,
             peer: card,
             guard,
+            accepted,
         } = c;
         let worker: *const Worker = &*self.worker;
         let make = |failures| Conn::new(self.ucp, worker, self.efd, &sock, &card, peer, failures);
-        let conn = match make(self.ctx.failures())? {
-            Some(c) => c,
-            None => {
+        let made = match make(self.ctx.failures()) {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => {
                 // UCX's transports here cannot report a peer's failure
                 // (shared memory): the contact socket tells of it instead.
                 tracing::debug!("UCX reports no peer failures here; the contact socket will");
                 self.ctx.no_failures();
-                make(false)?.ok_or(crate::error::Error::NoUcx)?
+                make(false).and_then(|c| c.ok_or(crate::error::Error::NoUcx))
             }
+            Err(e) => Err(e),
+        };
+        let conn = match made {
+            Ok(c) => c,
+            // A peer that wrote and went before its connection here was
+            // taken (its shared memory gone with it): what it sent is
+            // already here, and is delivered before the loss.
+            Err(e) if accepted => {
+                tracing::debug!(%peer, "UCX cannot reach the peer: {e}");
+                let why = format!("UCX cannot reach {peer}: {e}");
+                Conn::unreachable(self.ucp, worker, self.efd, &sock, &card, peer, why)?
+            }
+            Err(e) => return Err(e),
         };
         guard.keep();
         self.table.insert(
@@ -394,14 +413,17 @@ impl Port {
         let mut moved = stirred;
         let mut limbo = std::mem::take(&mut self.limbo).into_iter();
         while let Some((msg, info)) = limbo.next() {
-            moved = true;
-            if let Some(step) = self.dispatch(msg, info, core, &mut user, conn, false) {
+            let parked = self.limbo.len();
+            let step = self.dispatch(msg, info, core, &mut user, conn);
+            // Parked again: its connection is still on the way.
+            moved |= self.limbo.len() == parked;
+            if let Some(step) = step {
                 self.limbo.extend(limbo);
                 return step;
             }
         }
         for _ in 0..PROBES_PER_PASS {
-            if core.ready.len() >= core.ready_cap {
+            if core.ready.len() >= core.ready_cap || self.limbo.len() >= LIMBO_CAP {
                 break;
             }
             let mut info = ffi::TagRecvInfo::default();
@@ -412,7 +434,7 @@ impl Port {
                 break;
             }
             moved = true;
-            if let Some(step) = self.dispatch(msg, info, core, &mut user, conn, true) {
+            if let Some(step) = self.dispatch(msg, info, core, &mut user, conn) {
                 return step;
             }
         }
@@ -478,8 +500,11 @@ impl Port {
         None
     }
 
-    /// Takes one probed message where it belongs. `fresh`: probed in this
-    /// pass (a message of a connection not known yet gets one more pass).
+    /// Takes one probed message where it belongs. A message of a
+    /// connection that a handshake agreed on (its index is held with that
+    /// token) but that the endpoint has not taken yet is parked until it
+    /// has: the peer may send as soon as it hears the answer, before the
+    /// node hands the connection to its endpoint.
     fn dispatch(
         &mut self,
         msg: ffi::TagMessage,
@@ -487,13 +512,12 @@ impl Port {
         core: &mut Core,
         user: &mut Option<&mut [u8]>,
         conn: &mut dyn Conns,
-        fresh: bool,
     ) -> Option<Step> {
         let tag = Tag::decode(info.sender_tag);
         let known = tag.and_then(|t| self.table.get(&t.index).map(|e| e.token == t.token));
         let tag = match (tag, known) {
             (Some(t), Some(true)) => t,
-            (Some(_), None) if fresh => {
+            (Some(t), None) if self.shared.holds(t.index, t.token) => {
                 self.limbo.push((msg, info));
                 return None;
             }
@@ -829,6 +853,10 @@ impl Port {
     /// cannot wait for the endpoint's next write), keeping its bytes until
     /// UCX is done with them.
     fn send(&mut self, ep: ffi::Ep, tag: u64, h: &Header, payload: &[u8]) {
+        if ep.is_null() {
+            // A connection UCX cannot answer on (`Conn::unreachable`).
+            return;
+        }
         let bytes = control_bytes(h, payload);
         let p = ffi::RequestParam::new();
         // SAFETY: `ep` belongs to a live connection of this worker (entries
