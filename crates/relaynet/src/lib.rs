@@ -193,7 +193,7 @@ impl Relay {
     pub fn run(self, stop: &AtomicBool) -> io::Result<Report> {
         let start = Instant::now();
         let clock = || start.elapsed().as_nanos() as u64;
-        let session = rand::random::<u64>();
+        let session = session_number(std::time::SystemTime::now(), rand::random());
         let mut st = State {
             link: Link::new(self.cfg.haul, session, clock()),
             conns: HashMap::new(),
@@ -517,6 +517,17 @@ fn socket_buffers(udp: &UdpSocket) {
     }
 }
 
+/// This run's session on the long link: the start time in milliseconds
+/// since 1970 in the high 48 bits, so that a relay started later has a
+/// later session (the peer takes it as a restart, not a replay), and 16
+/// random bits below.
+fn session_number(start: std::time::SystemTime, random: u16) -> u64 {
+    let ms = start
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    (ms << 16) | u64::from(random)
+}
+
 /// Sends one datagram; false if the socket is full.
 fn send(udp: &UdpSocket, d: &[u8]) -> io::Result<bool> {
     match udp.send(d) {
@@ -579,5 +590,20 @@ impl fmt::Display for Report {
             "refused long-link datagrams: {} bad tags, {} malformed; peer lost {} times",
             self.bad_tags, self.bad_packets, self.peer_lost
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_relay_started_later_has_a_later_session_whatever_its_random_bits() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let first = session_number(t, u16::MAX);
+        let later = session_number(t + Duration::from_millis(1), 0);
+        assert!(later > first);
+        assert_ne!(session_number(t, 1), session_number(t, 2));
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct SendHalf {
     fin_lost: bool,
     /// The peer must hear of the flow even before it has bytes.
     pub announce: bool,
+    /// The peer has acked a piece of it (its announcement included).
+    answered: bool,
 }
 
 /// A piece of a flow to put in a packet.
@@ -131,6 +133,7 @@ impl SendHalf {
 
     /// The piece was acked; drops what is acked from the front.
     pub fn acked(&mut self, r: Range<u64>, fin: bool) {
+        self.answered = true;
         if fin {
             self.fin_acked = true;
             self.fin_lost = false;
@@ -169,6 +172,11 @@ impl SendHalf {
         for a in self.acked.overlapping(&r) {
             self.lost.remove(a.clone());
         }
+    }
+
+    /// Nothing of it has been acked, not even its announcement.
+    pub fn nothing_acked(&self) -> bool {
+        !self.answered
     }
 
     /// Everything written, the fin included, is acked.
@@ -268,6 +276,11 @@ impl RecvHalf {
     /// The peer's fin arrived and every byte before it was taken.
     pub fn done(&self) -> bool {
         self.final_size == Some(self.read)
+    }
+
+    /// Nothing of the peer's has arrived.
+    pub fn nothing_received(&self) -> bool {
+        self.next() == 0 && self.ahead.is_empty() && self.final_size.is_none()
     }
 
     /// Every byte up to the fin arrived (some may not be taken yet).

@@ -235,7 +235,9 @@ pub struct Link {
 }
 
 impl Link {
-    /// One end; `session` must differ each time a relay starts (random).
+    /// One end; `session` must grow each time a relay starts (the start
+    /// time in its high bits, say): the peer takes a later one as this
+    /// relay started again, an earlier one as a replay.
     pub fn new(cfg: Config, session: u64, now: Nanos) -> Link {
         let model = Model::new(cfg.payload() as u64, cfg.rate.map(|r| r as f64), cfg.window);
         Link {
@@ -417,14 +419,18 @@ impl Link {
     /// Takes one datagram from the peer.
     pub fn handle(&mut self, now: Nanos, datagram: &[u8]) -> Result<(), HaulError> {
         let p = Packet::decode(datagram)?;
-        if self.peer_session.is_some_and(|s| s != p.session) {
-            // Another session while the peer speaks is a replay of an old
-            // one; after a silence it is the peer, restarted.
-            if now.saturating_sub(self.last_heard) < 2 * self.cfg.keepalive {
+        if let Some(old) = self.peer_session.filter(|&s| s != p.session) {
+            // A later session is the peer, started again (sessions grow
+            // with the time a relay starts); an earlier one while the peer
+            // speaks is a replay, or the packets of a run that ended still
+            // on the link; after a silence it is the peer, restarted with
+            // a clock set back.
+            let silent = now.saturating_sub(self.last_heard) >= 2 * self.cfg.keepalive;
+            if p.session < old && !silent {
                 self.stats.stale += 1;
                 return Ok(());
             }
-            self.lose_peer();
+            self.peer_restarted();
         }
         self.peer_session = Some(p.session);
         self.last_heard = now;
@@ -612,13 +618,50 @@ impl Link {
         }
     }
 
+    /// The peer started again: what its last run held is gone. The
+    /// flows it took part in (its own, and ours it acked or sent bytes
+    /// on) are reset; ours it never answered go on with the new run, all
+    /// they sent going again. The peer counts as lost only when something
+    /// of it was lost: a run that never answered (its packets were still
+    /// on the link when this relay started) is passed over quietly.
+    fn peer_restarted(&mut self) {
+        let answered = self.largest_acked.is_some();
+        let mut kept = BTreeMap::new();
+        let mut lost_any = false;
+        for (id, f) in std::mem::take(&mut self.flows) {
+            if !self.is_peers(id) && f.send.nothing_acked() && f.recv.nothing_received() {
+                kept.insert(id, f);
+            } else {
+                self.events.push_back(Event::Reset { flow: id });
+                lost_any = true;
+            }
+        }
+        for s in std::mem::take(&mut self.in_flight).into_values() {
+            if let What::Data(flow, p) = s.what {
+                if let Some(f) = kept.get_mut(&flow) {
+                    f.send.lost(p.offset..p.offset + p.len as u64, p.fin);
+                }
+            }
+        }
+        if answered || lost_any {
+            self.events.push_back(Event::PeerLost);
+        }
+        self.flows = kept;
+        self.forget_peer();
+    }
+
     fn lose_peer(&mut self) {
         for (&flow, _) in std::mem::take(&mut self.flows).iter() {
             self.events.push_back(Event::Reset { flow });
         }
         self.events.push_back(Event::PeerLost);
-        self.resets.clear();
         self.datagrams_out.clear();
+        self.forget_peer();
+    }
+
+    /// Forgets what was known of the peer's run and of packets in flight.
+    fn forget_peer(&mut self) {
+        self.resets.clear();
         self.received = Received::default();
         self.peer_seen = Seen::new(!self.cfg.high);
         self.in_flight.clear();
