@@ -128,7 +128,7 @@ pub fn striped(
     fault: Option<Fault>,
     flows: usize,
 ) -> anyhow::Result<Striped> {
-    let dir = tempfile::tempdir()?;
+    let dir = macrolink_testbed::undo::scratch()?;
     let _sink = tb.spawn_sink(exe, 0, dir.path())?;
     let gws = (0..n)
         .map(|i| tb.spawn_gateway(exe, i, dir.path()).map(Some))
@@ -304,7 +304,7 @@ fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
 /// data through the relays. Both copies are compared with the source.
 pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::Result<LaneCopy> {
     tb.kernel_ecmp().map_err(anyhow::Error::msg)?;
-    let dir = tempfile::tempdir()?;
+    let dir = macrolink_testbed::undo::scratch()?;
     let export = dir.path().join("export");
     std::fs::create_dir(&export)?;
     let secret = "gateway testbed secret, long enough";

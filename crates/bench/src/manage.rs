@@ -115,7 +115,7 @@ const TAKEOVER_PEERS: &str = "Slurm SlurmctldTimeout 120 s";
 /// in namespaces.
 struct Bed {
     exe: PathBuf,
-    dir: tempfile::TempDir,
+    dir: macrolink_testbed::undo::Scratch,
     file: PathBuf,
     names: Vec<String>,
     /// The namespace of each host.
@@ -154,7 +154,7 @@ impl Bed {
             )
             .map_err(anyhow::Error::msg)?;
         }
-        let dir = tempfile::tempdir()?;
+        let dir = macrolink_testbed::undo::scratch()?;
         std::fs::write(
             dir.path().join("secret"),
             "bench manage secret, long enough",

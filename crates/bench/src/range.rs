@@ -25,9 +25,10 @@ use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use crate::peers::iperf3;
+use crate::peers::{self, iperf3};
 
 pub mod accuracy;
 pub use accuracy::{acc_line, accuracy, AccRow, Bound, ACC_HEADER};
@@ -226,17 +227,38 @@ fn start(ns: &str, exe: &Path, args: &[&str], secret: &Path) -> anyhow::Result<K
     }
     let mut child = Kill(cmd.spawn().context("starting macrolink")?);
     let out = child.0.stdout.take().context("stdout")?;
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        match lines.next().transpose()? {
-            Some(l) if l.starts_with("ready") => break,
-            Some(_) => {}
-            None => bail!("macrolink {} exited before it was ready", args.join(" ")),
+    let (first, _rest) = ready_line(out);
+    match first.recv_timeout(READY_LIMIT) {
+        Ok(Some(l)) if l.starts_with("ready") => Ok(child),
+        Ok(_) | Err(RecvTimeoutError::Disconnected) => {
+            bail!("macrolink {} exited before it was ready", args.join(" "))
         }
+        Err(RecvTimeoutError::Timeout) => bail!(
+            "macrolink {} was not ready within {READY_LIMIT:?}",
+            args.join(" ")
+        ),
     }
-    // Keep draining what it prints, so it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(child)
+}
+
+/// Reads `out` on a thread of its own: the first line that starts with
+/// "ready" (or `None` when the output ends without one) is sent on the
+/// first channel as it comes; every line after it is kept, and handed
+/// back when the output ends. Reading goes on to the end, so that the
+/// child never blocks on a full pipe.
+fn ready_line(
+    out: impl std::io::Read + Send + 'static,
+) -> (
+    Receiver<Option<String>>,
+    std::thread::JoinHandle<Vec<String>>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rest = std::thread::spawn(move || {
+        let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+        let first = lines.find(|l| l.starts_with("ready"));
+        let _ = tx.send(first);
+        lines.collect()
+    });
+    (rx, rest)
 }
 
 /// The cluster file of the two segments: near hosts in A, `far` far nodes
@@ -269,6 +291,18 @@ fn cluster_file(far: u32, window_kib: Option<u64>, mtu: u32) -> String {
 /// Bytes of each message `bench bw` sends.
 const MESSAGE: u64 = 4 << 20;
 
+/// The longest a throughput run of about `seconds` may take before it is
+/// killed and its row says so: its warm-up, the run, and bench's own
+/// patience for the target's report, with room for a link that carries
+/// little (a run on one that carries nothing would otherwise wait as long
+/// as TCP retries, which on a link losing bursts has been hours).
+fn run_limit(seconds: u32) -> Duration {
+    Duration::from_secs(3 * u64::from(seconds) + 90)
+}
+
+/// How long a started relay, target or link has to print its ready line.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+
 /// `macrolink bench bw` from ns A to each of `targets` at once: for each,
 /// a `bench serve` started in ns B at its first address (a target serves
 /// one run and quits), dialled at its second. Each sends the same count of
@@ -291,11 +325,12 @@ fn bench_bw(
     let _serves = (0..targets.len())
         .map(|i| target(e, &targets[i].0, &format!("shm-{i}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut runs = Vec::new();
+    let mut cmds = Vec::new();
+    let mut jsons = Vec::new();
     for (i, (_, t)) in targets.iter().enumerate() {
         let json = dir.join(format!("bw-{i}.json"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", a])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", a])
             .arg(exe)
             .args(["bench", "bw", "--connect", t, "--transport", "tcp"])
             .args(["--mode", "reliable", "--completion", "wait"])
@@ -303,20 +338,16 @@ fn bench_bw(
             .args(&how)
             .arg("--json")
             .arg(&json)
-            .env("MACROLINK_SECRET_FILE", secret)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        runs.push((child, json));
+            .env("MACROLINK_SECRET_FILE", secret);
+        cmds.push(cmd);
+        jsons.push(json);
     }
-    // Each ends after its seconds; wait for all before judging any.
-    let outs: Vec<_> = runs
-        .into_iter()
-        .map(|(c, json)| (c.wait_with_output(), json))
-        .collect();
+    // Each ends after its seconds; all are waited for before any is
+    // judged, and none longer than a run's bound.
+    let outs = peers::outputs(cmds.iter_mut().collect(), run_limit(seconds))
+        .context("bench bw (killed: the link carried too little to end the run)")?;
     let (mut bytes, mut longest) = (0.0, 0.0f64);
-    for (out, json) in outs {
-        let out = out?;
+    for (out, json) in outs.into_iter().zip(jsons) {
         if !out.status.success() {
             bail!("bench bw: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -353,7 +384,7 @@ pub fn run(o: &Options, mut each: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> 
     let link_rate = rate_bytes(&o.rate)?;
     let ns = Namespaces::new(2).map_err(anyhow::Error::msg)?;
     let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
-    let dir = tempfile::tempdir()?;
+    let dir = macrolink_testbed::undo::scratch()?;
     let secret = dir.path().join("secret");
     std::fs::write(&secret, format!("{:032x}", rand_u128()))?;
     let most = o.streams.iter().copied().max().unwrap_or(1);
@@ -446,13 +477,17 @@ impl Link {
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let mut child = Kill(cmd.spawn()?);
-        let mut out = BufReader::new(child.0.stdout.take().context("link stdout")?);
-        let mut first = String::new();
-        out.read_line(&mut first)?;
-        if !first.starts_with("ready") {
-            bail!("macrolink link {spec}: {first}");
+        let out = child.0.stdout.take().context("link stdout")?;
+        let (first, said) = ready_line(out);
+        match first.recv_timeout(READY_LIMIT) {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                bail!("macrolink link {spec}: exited before it was ready")
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                bail!("macrolink link {spec}: not ready within {READY_LIMIT:?}")
+            }
         }
-        let said = std::thread::spawn(move || out.lines().map_while(Result::ok).collect());
         Ok(Link {
             child,
             said: Some(said),
@@ -500,24 +535,26 @@ fn target(e: &Ends<'_>, at: &str, shm: &str) -> anyhow::Result<Kill> {
 }
 
 /// `macrolink bench ARGS` from ns A against a target started in ns B at
-/// `at`, dialled at `dial`: the rows it wrote.
+/// `at`, dialled at `dial`, killed past `limit`: the rows it wrote.
 fn bench_rows(
     e: &Ends<'_>,
-    at: &str,
-    dial: &str,
+    (at, dial): (&str, &str),
     args: &[&str],
+    limit: Duration,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     let _serve = target(e, at, "shm-one")?;
     let json = e.dir.join("one.json");
-    let out = Command::new("ip")
-        .args(["netns", "exec", e.ns[0]])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", e.ns[0]])
         .arg(e.exe)
         .arg("bench")
         .args(args)
         .args(["--connect", dial, "--json"])
         .arg(&json)
-        .env("MACROLINK_SECRET_FILE", e.secret)
-        .output()?;
+        .env("MACROLINK_SECRET_FILE", e.secret);
+    let out = peers::outputs(vec![&mut cmd], limit)
+        .with_context(|| format!("bench {}", args.join(" ")))?
+        .remove(0);
     if !out.status.success() {
         bail!(
             "bench {}: {}",
@@ -538,6 +575,10 @@ fn bench_lat(
     count: u32,
     patterns: &str,
 ) -> anyhow::Result<Vec<(String, [f64; 3])>> {
+    // bench lat's own bound on each pattern (a minute and 100 us an
+    // iteration), and half a minute to start and end.
+    let each = Duration::from_secs(60) + Duration::from_micros(u64::from(count) * 100);
+    let limit = each * patterns.split(',').count() as u32 + Duration::from_secs(30);
     let count = count.to_string();
     let args = [
         "lat",
@@ -552,7 +593,7 @@ fn bench_lat(
         "--pattern",
         patterns,
     ];
-    bench_rows(e, at, dial, &args)?
+    bench_rows(e, (at, dial), &args, limit)?
         .iter()
         .map(|r| {
             let get = |k: &str| {
@@ -578,7 +619,7 @@ pub fn latency(
 ) -> anyhow::Result<Vec<LatRow>> {
     let ns = Namespaces::new(2).map_err(anyhow::Error::msg)?;
     let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
-    let dir = tempfile::tempdir()?;
+    let dir = macrolink_testbed::undo::scratch()?;
     let secret = dir.path().join("secret");
     std::fs::write(&secret, format!("{:032x}", rand_u128()))?;
     let cluster = dir.path().join("two.toml");

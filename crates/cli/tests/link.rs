@@ -575,3 +575,154 @@ fn bench_range_puts_every_contender_on_the_same_link() {
     });
     assert_eq!(printed.count(), 6, "{text}");
 }
+
+/// The pid's state letter from `/proc/PID/stat` (`None`: gone).
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The processes in namespace `ns`.
+fn pids_in(ns: &str) -> Vec<i32> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// `bench range` stopped by SIGTERM mid-run takes down what it started
+/// (the link, both relays, the target, the client) and removes its
+/// namespaces and its directory, where before they outlived it.
+#[test]
+fn bench_range_stopped_by_a_signal_leaves_nothing_behind() {
+    let Some(_guard) = require::namespaces(0) else {
+        return;
+    };
+    let mut bench = Command::new(EXE)
+        .args(["bench", "range", "--km", "10", "--streams", "1"])
+        .args(["--seconds", "60", "--rate", "200mbit"])
+        .args(["--contenders", "relays"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Reap<'a>(&'a mut Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    /// What the run made, taken down here if the test fails first.
+    #[derive(Default)]
+    struct Leftovers {
+        names: Vec<String>,
+        pids: Vec<i32>,
+        dir: Option<std::path::PathBuf>,
+    }
+    impl Drop for Leftovers {
+        fn drop(&mut self) {
+            for p in &self.pids {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &p.to_string()])
+                    .status();
+            }
+            for n in &self.names {
+                for p in pids_in(n) {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &p.to_string()])
+                        .status();
+                }
+                let _ = Command::new("ip").args(["netns", "del", n]).status();
+            }
+            if let Some(d) = &self.dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+    let pid = bench.id() as i32;
+    let mut left = Leftovers::default();
+    let bench = Reap(&mut bench);
+    let prefix = format!("mlns{pid}-");
+    // Wait (at most 30 s) until the run is under way: both namespaces hold
+    // processes and the link runs as the bench's child.
+    let t0 = std::time::Instant::now();
+    let (names, inside, children) = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "bench range never got going"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&prefix))
+            .map(str::to_string)
+            .collect();
+        let inside: Vec<Vec<i32>> = names.iter().map(|n| pids_in(n)).collect();
+        let children = macrolink_testbed::undo::children_of(pid);
+        left.names = names.clone();
+        left.pids = children.clone();
+        // Relay A and the client in A; relay B and the target in B.
+        if names.len() == 2 && inside.iter().all(|p| p.len() >= 2) && children.len() >= 3 {
+            break (names, inside.concat(), children);
+        }
+    };
+    // The run's directory, from a relay's command line (its cluster file).
+    let dir = inside
+        .iter()
+        .find_map(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+            cmdline
+                .split(|&b| b == 0)
+                .map(|a| std::path::PathBuf::from(String::from_utf8_lossy(a).into_owned()))
+                .find(|a| a.ends_with("two.toml"))
+                .and_then(|a| a.parent().map(|d| d.to_path_buf()))
+        })
+        .expect("a relay's cluster file");
+    left.dir = Some(dir.clone());
+    assert!(dir.exists());
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let t1 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = bench.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(20),
+            "bench range did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    let _ = std::io::Read::read_to_string(bench.0.stderr.as_mut().unwrap(), &mut said);
+    assert_eq!(status.code(), Some(128 + 15), "{said}");
+    assert!(said.contains("stopped by signal 15"), "{said}");
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = String::from_utf8_lossy(&list.stdout);
+    for n in &names {
+        assert!(!left.contains(n.as_str()), "{n} is still there: {left}");
+    }
+    for p in inside.iter().chain(&children) {
+        let state = state_of(*p);
+        assert!(
+            matches!(state, None | Some('Z')),
+            "process {p} (state {state:?}) outlived bench range: {said}"
+        );
+    }
+    assert!(!dir.exists(), "{} is still there", dir.display());
+}

@@ -2,8 +2,9 @@
 //! network namespaces joined by veth links shaped with `tc tbf`
 //! ([`netns`]), child processes that say where they listen on a ready line
 //! ([`ready`], [`peer`]), repeatable test data ([`data`]), and the rule for
-//! tests that need root or namespaces ([`require`]), and a cluster file for
-//! one host per process ([`site`]).
+//! tests that need root or namespaces ([`require`]), a cluster file for
+//! one host per process ([`site`]), and what a run made, undone also when
+//! a signal stops it ([`undo`]).
 //!
 //! ```text
 //!   test / bench ──spawn──► macrolink ROLE (echo, gateway, sink, serve, ...)
@@ -23,5 +24,6 @@ pub mod peer;
 pub mod ready;
 pub mod require;
 pub mod site;
+pub mod undo;
 
 pub use peer::Peer;

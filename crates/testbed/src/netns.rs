@@ -93,8 +93,9 @@ impl Namespaces {
         let mut made = Namespaces { names: Vec::new() };
         for i in 0..n {
             let ns = format!("mlns{}-{k}-{i}", std::process::id());
-            ip(&["netns", "add", &ns])?;
+            crate::undo::made_netns(&ns);
             made.names.push(ns.clone());
+            ip(&["netns", "add", &ns])?;
             in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
         }
         Ok(made)
@@ -105,6 +106,7 @@ impl Drop for Namespaces {
     fn drop(&mut self) {
         for ns in &self.names {
             let _ = ip(&["netns", "del", ns]);
+            crate::undo::removed_netns(ns);
         }
     }
 }
@@ -184,8 +186,9 @@ impl Testbed {
             .chain((0..shape.storage).map(|s| tb.storage_ns(s)))
             .collect();
         for ns in all {
-            ip(&["netns", "add", &ns])?;
+            crate::undo::made_netns(&ns);
             tb.namespaces.push(ns.clone());
+            ip(&["netns", "add", &ns])?;
             in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
             // Asymmetric paths are the point of multipath: no reverse-path filter.
             for key in ["all", "default"] {
@@ -437,6 +440,7 @@ impl Drop for Testbed {
     fn drop(&mut self) {
         for ns in &self.namespaces {
             let _ = ip(&["netns", "del", ns]);
+            crate::undo::removed_netns(ns);
         }
     }
 }

@@ -19,8 +19,9 @@ pub mod ucx_perftest;
 pub mod xrootd;
 
 use anyhow::{bail, Context};
+use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// An established tool: the program and the Debian package that has it.
@@ -98,22 +99,68 @@ impl Drop for Server {
 /// Runs `cmd` to its end, killing it past `limit`; its standard output and
 /// standard error together.
 pub fn output(cmd: &mut Command, limit: Duration) -> anyhow::Result<String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let out = outputs(vec![cmd], limit)?.remove(0);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// Runs `cmds` at once, each to its end, reading what they print as they
+/// go (a full pipe never stalls one); past `limit` kills those still
+/// running and fails. Each one's status and output, in order.
+pub fn outputs(cmds: Vec<&mut Command>, limit: Duration) -> anyhow::Result<Vec<Output>> {
     let start = Instant::now();
-    while child.try_wait()?.is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{cmd:?} ran past {limit:?}");
+    let mut running = Vec::new();
+    for cmd in cmds {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+        let out = drain(child.stdout.take());
+        let err = drain(child.stderr.take());
+        running.push((child, format!("{cmd:?}"), out, err));
+    }
+    let mut status: Vec<Option<ExitStatus>> = vec![None; running.len()];
+    while status.iter().any(Option::is_none) {
+        for (i, (child, ..)) in running.iter_mut().enumerate() {
+            if status[i].is_none() {
+                status[i] = child.try_wait()?;
+            }
+        }
+        if status.iter().any(Option::is_none) && start.elapsed() > limit {
+            let mut late = Vec::new();
+            for (i, (child, what, ..)) in running.iter_mut().enumerate() {
+                if status[i].is_none() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    late.push(what.clone());
+                }
+            }
+            bail!("{} ran past {limit:?}", late.join(", "));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output()?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    running
+        .into_iter()
+        .zip(status)
+        .map(|((_, _, out, err), status)| {
+            Ok(Output {
+                status: status.context("an exit status")?,
+                stdout: out.join().unwrap_or_default(),
+                stderr: err.join().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut all);
+        }
+        all
+    })
 }
 
 /// A TCP port free on loopback just now.
@@ -153,6 +200,25 @@ mod tests {
         assert_eq!(out, "out\nerr\n");
         let e = output(Command::new("sleep").arg("5"), Duration::from_millis(100)).unwrap_err();
         assert!(e.to_string().contains("ran past"), "{e}");
+        // More than a pipe holds, printed before the end: read as it comes.
+        let big = output(
+            Command::new("sh").args(["-c", "head -c 1000000 /dev/zero; echo end >&2"]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(big.len(), 1_000_004);
+        // Several at once: one that overruns stops them all, and says which.
+        let mut quick = Command::new("true");
+        let mut slow = Command::new("sleep");
+        slow.arg("7");
+        let t0 = Instant::now();
+        let e = outputs(vec![&mut quick, &mut slow], Duration::from_millis(200)).unwrap_err();
+        assert!(e.to_string().contains("sleep"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        let mut a = Command::new("true");
+        let mut b = Command::new("false");
+        let both = outputs(vec![&mut a, &mut b], Duration::from_secs(5)).unwrap();
+        assert!(both[0].status.success() && !both[1].status.success());
         let c = command(Some("ns1"), "iperf3");
         assert_eq!(c.get_program(), "ip");
         assert_eq!(

@@ -17,8 +17,9 @@ use anyhow::Context;
 use macrolink_testbed::netns::Namespaces;
 use serde::Serialize;
 use std::process::Command;
+use std::time::Duration;
 
-use super::{bench_lat, bench_rows, rand_u128, rate_bytes, Ends, Link, Options, B_ADDR};
+use super::{bench_lat, bench_rows, rand_u128, rate_bytes, run_limit, Ends, Link, Options, B_ADDR};
 use super::{DIRECT_PORT, MESSAGE};
 
 /// 8-byte ping-pongs behind each delay figure.
@@ -144,7 +145,7 @@ impl AccRow {
 pub fn accuracy(o: &Options, mut each: impl FnMut(&AccRow)) -> anyhow::Result<Vec<AccRow>> {
     let ns = Namespaces::new(2).map_err(anyhow::Error::msg)?;
     let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
-    let dir = tempfile::tempdir()?;
+    let dir = macrolink_testbed::undo::scratch()?;
     let secret = dir.path().join("secret");
     std::fs::write(&secret, format!("{:032x}", rand_u128()))?;
     let e = Ends {
@@ -229,7 +230,7 @@ fn rate_row(o: &Options, e: &Ends<'_>, rate: &str) -> anyhow::Result<AccRow> {
         "--count",
         &count,
     ];
-    let rows = bench_rows(e, &direct, &direct, &args)?;
+    let rows = bench_rows(e, (&direct, &direct), &args, run_limit(o.seconds))?;
     let payload = rows
         .first()
         .and_then(|r| r["mb_per_s"].as_f64())
@@ -272,7 +273,9 @@ fn loss(o: &Options, e: &Ends<'_>) -> anyhow::Result<AccRow> {
     ];
     let socket_drops = || receive_errors(e.ns[1]);
     let before = socket_drops()?;
-    let rows = bench_rows(e, &direct, &direct, &args)?;
+    // The paced run's own length, and the run's bound on top.
+    let paced = Duration::from_secs(DATAGRAMS / DATAGRAM_PACE);
+    let rows = bench_rows(e, (&direct, &direct), &args, paced + run_limit(1))?;
     let socket = socket_drops()?.saturating_sub(before);
     let counters = link.counters()?;
     let row = rows.first().context("a row of bench bw")?;

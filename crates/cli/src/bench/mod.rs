@@ -44,6 +44,18 @@ enum BenchCommand {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // The commands that start peers, relays, links or namespaces take
+    // them down with them when a signal stops them.
+    if !matches!(
+        args.command,
+        BenchCommand::Bw(_)
+            | BenchCommand::Lat(_)
+            | BenchCommand::Oneway(_)
+            | BenchCommand::Breakdown(_)
+            | BenchCommand::Serve(_)
+    ) {
+        macrolink_testbed::undo::on_signal()?;
+    }
     match args.command {
         BenchCommand::Bw(a) => messages::bw(a),
         BenchCommand::Lat(a) => messages::lat(a),
