@@ -117,7 +117,7 @@ pub fn outputs(cmds: Vec<&mut Command>, limit: Duration) -> anyhow::Result<Vec<O
             .with_context(|| format!("starting {:?}", cmd.get_program()))?;
         let out = drain(child.stdout.take());
         let err = drain(child.stderr.take());
-        running.push((child, format!("{cmd:?}"), out, err));
+        running.push((child, short(cmd), out, err));
     }
     let mut status: Vec<Option<ExitStatus>> = vec![None; running.len()];
     while status.iter().any(Option::is_none) {
@@ -135,7 +135,12 @@ pub fn outputs(cmds: Vec<&mut Command>, limit: Duration) -> anyhow::Result<Vec<O
                     late.push(what.clone());
                 }
             }
-            bail!("{} ran past {limit:?}", late.join(", "));
+            bail!(
+                "{} of {} ({}) ran past {limit:?}",
+                late.len(),
+                running.len(),
+                late.join(", ")
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -150,6 +155,23 @@ pub fn outputs(cmds: Vec<&mut Command>, limit: Duration) -> anyhow::Result<Vec<O
             })
         })
         .collect()
+}
+
+/// A command in a few words: its program's name and first two
+/// arguments, past `ip netns exec NS`.
+fn short(cmd: &Command) -> String {
+    let mut words: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    if words.len() > 4 && words[..3] == ["ip", "netns", "exec"] {
+        words.drain(..4);
+    }
+    if let Some(first) = words.first_mut() {
+        *first = first.rsplit('/').next().unwrap_or_default().to_string();
+    }
+    words.truncate(3);
+    words.join(" ")
 }
 
 /// Reads `pipe` to its end on a thread of its own.
@@ -213,7 +235,13 @@ mod tests {
         slow.arg("7");
         let t0 = Instant::now();
         let e = outputs(vec![&mut quick, &mut slow], Duration::from_millis(200)).unwrap_err();
-        assert!(e.to_string().contains("sleep"), "{e}");
+        assert!(
+            e.to_string().starts_with("1 of 2 (sleep 7) ran past"),
+            "{e}"
+        );
+        let mut inside = command(Some("ns1"), "/usr/bin/macrolink");
+        inside.args(["bench", "bw", "--connect", "x"]);
+        assert_eq!(short(&inside), "macrolink bench bw");
         assert!(t0.elapsed() < Duration::from_secs(5));
         let mut a = Command::new("true");
         let mut b = Command::new("false");
