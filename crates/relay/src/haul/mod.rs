@@ -45,6 +45,8 @@ pub const INITIAL_CREDIT: u64 = 256 << 10;
 const ACK_EVERY: u32 = 2;
 /// Longest an ack waits.
 const MAX_ACK_DELAY: Nanos = 1_000_000;
+/// Times the probe timeout doubles while probes go unanswered.
+const MAX_PTO_DOUBLINGS: u32 = 2;
 /// Packets acked after a packet that make it lost.
 const PACKET_THRESHOLD: u64 = 3;
 /// Datagrams waiting each way, at most; more are dropped, as a switch
@@ -671,9 +673,15 @@ impl Link {
         self.pto_count = 0;
     }
 
+    /// The probe timeout: a round trip and its spread, doubled for each
+    /// probe unanswered, four times at most. A probe is a ping of a few
+    /// bytes, which loads no link: what backing off further would spare
+    /// is nothing, and under bursts of loss that take the probes too it
+    /// cost most of a run (doubling to 64 times left a short link idle
+    /// for 189 ms after six lost probes).
     fn pto(&self) -> Nanos {
         let base = self.model.srtt() + (4 * self.model.rttvar()).max(1_000_000) + MAX_ACK_DELAY;
-        base << self.pto_count.min(6)
+        base << self.pto_count.min(MAX_PTO_DOUBLINGS)
     }
 
     /// When [`on_timeout`](Self::on_timeout) should next be called.
