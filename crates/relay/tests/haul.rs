@@ -282,7 +282,10 @@ fn bursts_that_take_the_probes_too_cost_little_time() {
     let g = p.goodput(0) / GBIT as f64;
     let s = p.a.stats();
     eprintln!("goodput {g:.3}; {s:?}");
-    assert!(s.lost > 500 && s.probes > 20, "bursts took the tails: {s:?}");
+    assert!(
+        s.lost > 500 && s.probes > 20,
+        "bursts took the tails: {s:?}"
+    );
     assert!(g > 0.3, "goodput {g:.3} of the link");
 }
 
