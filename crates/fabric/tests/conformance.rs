@@ -642,6 +642,78 @@ fn unknown(kind: Kind) {
     }
 }
 
+/// A look without waiting (`try_read`) sees what has come, polling or
+/// waiting, also after a blocking read emptied the connection (a waiting
+/// read leaves the next look to its sleep) and on a UDP socket the reader
+/// has not sent from (a waiting endpoint looks at it when its sleep says).
+fn look(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    for (i, c) in [Completion::Poll, Completion::Wait].into_iter().enumerate() {
+        let mut rx = p.b.open(30 + i as u32, cfg(c)).unwrap();
+        let mut e = p.a.open(40 + i as u32, cfg(c)).unwrap();
+        let t = p.target(&mut e, Addr::new(2, 30 + i as u32), kind.mode());
+        // The writer has its own thread: a send may wait for the reader's
+        // progress (UCX).
+        let (tell, told) = std::sync::mpsc::channel::<u64>();
+        let (wrote, written) = std::sync::mpsc::channel::<u64>();
+        let writer = thread::spawn(move || {
+            for n in told {
+                e.write(t, &n.to_le_bytes()).unwrap();
+                wrote.send(n).unwrap();
+            }
+            e
+        });
+        let mut buf = [0u8; 64];
+        assert!(rx.try_read(&mut buf).unwrap().is_none(), "nothing sent yet");
+        let value = |buf: &[u8]| u64::from_le_bytes(buf[..8].try_into().unwrap());
+        for n in 0..20u64 {
+            tell.send(n).unwrap();
+            // Every other message, from the second, is read by a blocking
+            // read, which leaves the connection emptied; the first is
+            // looked for after a look that found nothing.
+            if n % 2 == 1 {
+                let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+                let r = r.unwrap_or_else(|| panic!("{c}: message {n} did not come"));
+                assert_eq!((r.len, value(&buf)), (8, n));
+                assert_eq!(written.recv_timeout(Duration::from_secs(10)), Ok(n));
+                continue;
+            }
+            let r = if kind.tls.is_some() {
+                // A UCX send may wait for the reader's progress, and UCX may
+                // hold what was sent for passes of its worker: look until
+                // it comes.
+                let until = Instant::now() + Duration::from_secs(5);
+                loop {
+                    if let Some(r) = rx.try_read(&mut buf).unwrap() {
+                        break r;
+                    }
+                    assert!(Instant::now() < until, "{c}: message {n} did not come");
+                }
+            } else {
+                // Written: on loopback it is then in the reader's socket or
+                // ring, and one look finds it.
+                assert_eq!(written.recv_timeout(Duration::from_secs(10)), Ok(n));
+                thread::sleep(Duration::from_millis(10));
+                // A polling endpoint looks at a UDP socket it does not use
+                // once in 1,024 passes only (a system call each).
+                let looks = if kind.caps().connected || c == Completion::Wait {
+                    1
+                } else {
+                    1024
+                };
+                let r = (0..looks).find_map(|_| rx.try_read(&mut buf).unwrap());
+                r.unwrap_or_else(|| panic!("{c}: message {n} came but a look missed it"))
+            };
+            assert_eq!((r.len, value(&buf)), (8, n));
+            if kind.tls.is_some() {
+                assert_eq!(written.recv_timeout(Duration::from_secs(10)), Ok(n));
+            }
+        }
+        drop(tell);
+        writer.join().unwrap();
+    }
+}
+
 macro_rules! suite {
     ($($name:ident = $kind:expr;)*) => {$(
         mod $name {
@@ -706,6 +778,11 @@ macro_rules! suite {
             #[test]
             fn a_writer_gone_before_its_connection_was_taken_is_still_heard() {
                 gone_before_taken(KIND)
+            }
+
+            #[test]
+            fn a_look_without_waiting_sees_what_has_come() {
+                look(KIND)
             }
         }
     )*};

@@ -111,6 +111,10 @@ pub struct Endpoint {
     /// Passes, busy or idle, until the next look at the UDP socket while
     /// it is not in use.
     udp_countdown: u32,
+    /// The UDP socket may hold datagrams not looked for yet. A waiting
+    /// endpoint not using datagrams looks at it only then: its sleep
+    /// polls the socket and says when something came.
+    udp_woke: bool,
     in_send: bool,
     send_timeout: Option<Duration>,
 }
@@ -164,6 +168,7 @@ impl Endpoint {
             idle_spins: 0,
             udp_hot: false,
             udp_countdown: 1,
+            udp_woke: true,
             in_send: false,
             send_timeout: cfg.send_timeout,
             node,
@@ -690,12 +695,16 @@ impl Endpoint {
     /// Moves incoming traffic along without reading: places puts, stages
     /// messages, answers. Returns whether anything moved.
     pub fn progress(&mut self) -> Result<bool> {
+        self.look_again();
         let moved = self.progress_all(None)?;
         self.flush_ctrl();
         Ok(moved)
     }
 
     fn read_until(&mut self, buf: &mut [u8], deadline: Deadline) -> Result<Option<Recv>> {
+        if matches!(deadline, Deadline::Now) {
+            self.look_again();
+        }
         loop {
             if let Some(r) = self.pop_ready(buf)? {
                 self.delivered();
@@ -729,6 +738,19 @@ impl Endpoint {
                 _ => {}
             }
             self.idle(deadline)?;
+        }
+    }
+
+    /// The next pass looks at every connection and the UDP socket, for a
+    /// caller that will not sleep: what a waiting read leaves to its
+    /// sleep's `poll` (a socket an earlier read emptied, the UDP socket
+    /// while datagrams are not in use) is looked for now.
+    fn look_again(&mut self) {
+        self.udp_woke = true;
+        for s in &mut self.slots {
+            if let Some(c) = s.conn.as_mut() {
+                c.link.look_again();
+            }
         }
     }
 
@@ -853,12 +875,17 @@ impl Endpoint {
         // look every pass only once datagrams are in use, else once every
         // so many passes, busy or idle (a message arriving during that
         // system call waits for it; a steady stream on other connections
-        // does not keep a datagram waiting).
+        // does not keep a datagram waiting). While waiting, look when the
+        // sleep saw the socket stir, or when asked without a sleep.
         self.udp_countdown = self.udp_countdown.saturating_sub(1);
-        let look =
-            self.udp_hot || self.core.completion == Completion::Wait || self.udp_countdown == 0;
+        let look = self.udp_hot
+            || self.udp_countdown == 0
+            || (self.core.completion == Completion::Wait && self.udp_woke);
         if self.udp_countdown == 0 {
             self.udp_countdown = UDP_LOOK_EVERY;
+        }
+        if look {
+            self.udp_woke = false;
         }
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
             match udp.progress(&mut self.core, &self.inbox, user)? {
@@ -952,7 +979,14 @@ impl Endpoint {
                 _ => NAP,
             };
             sys::poll(&mut self.pollfds, Some(timeout))?;
-            self.inbox.wake.drain();
+            // The inbox's wake-up and the UDP socket come first; a system
+            // call each only when they stirred.
+            if self.pollfds[0].revents != 0 {
+                self.inbox.wake.drain();
+            }
+            if self.udp.is_some() && self.pollfds[1].revents != 0 {
+                self.udp_woke = true;
+            }
         }
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
@@ -994,7 +1028,7 @@ fn wait_writable(conn: &mut dyn Connection, completion: Completion, need: usize,
         Completion::Wait => {
             if conn.arm_write(need) {
                 let (fd, interest) = conn.write_wait();
-                let _ = sys::wait_fd(fd, interest, NAP);
+                let _ = sys::wait_fd(fd, interest, conn.write_nap());
             }
             conn.disarm();
         }

@@ -76,7 +76,7 @@ impl Dialled {
         ucx: Option<&mut ucx::Port>,
     ) -> Result<Box<dyn Connection>> {
         Ok(match self {
-            Dialled::Tcp(s) => Box::new(Framed::new(peer, id, Tcp(s))),
+            Dialled::Tcp(s) => Box::new(Framed::new(peer, id, Tcp::new(s))),
             Dialled::Shm(s) => Box::new(Framed::new(peer, id, s)),
             Dialled::Ucx(c) => {
                 let port = ucx.ok_or(Error::Unreachable {

@@ -650,6 +650,10 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.check_alive()
     }
 
+    fn look_again(&mut self) {
+        self.stream.look_again()
+    }
+
     fn control(&mut self) -> &mut Control {
         &mut self.control
     }

@@ -139,6 +139,9 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     fn disarm(&mut self) {}
     /// Notices a peer that has gone while we poll without sleeping.
     fn check_alive(&mut self) {}
+    /// Forgets that the last read emptied the stream: the next read looks
+    /// (a look that must not miss what is there, as `try_read`'s).
+    fn look_again(&mut self) {}
     /// Sends a descriptor to the peer (shared memory only).
     fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
@@ -212,8 +215,15 @@ pub(crate) trait Connection: fmt::Debug + Send {
     fn read_fd(&self) -> RawFd;
     /// The descriptor, and what for, to poll while waiting to send.
     fn write_wait(&self) -> (RawFd, Interest);
+    /// Longest sleep on [`write_wait`](Self::write_wait) before looking
+    /// again without being woken.
+    fn write_nap(&self) -> std::time::Duration {
+        crate::rx::NAP
+    }
     /// Notices a peer that has gone while the endpoint polls.
     fn check_alive(&mut self);
+    /// The next pass looks for what has arrived, whatever the last said.
+    fn look_again(&mut self) {}
     /// Answers and replies its receive side left.
     fn control(&mut self) -> &mut Control;
     /// Its one-sided access to the peer's regions, if the transport has it.

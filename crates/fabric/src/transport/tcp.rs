@@ -1,5 +1,13 @@
 //! TCP: one connection per pair of endpoints, `TCP_NODELAY`, vectored
 //! sends. A put is a frame the target places.
+//!
+//! Reads smaller than [`READ_AHEAD`] (a frame's header, a small payload)
+//! are served from one `recv` of up to that many bytes, so that a small
+//! message costs the receiver one system call, not one for its header and
+//! one for its payload. Larger reads go straight into the caller's buffer.
+//! A `recv` that gave less than asked emptied the socket: the read after
+//! it answers "nothing" without asking the kernel again (a waiting reader
+//! then sleeps in `poll`, which sees what came since).
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
@@ -9,9 +17,50 @@ use super::sys::{self, Interest};
 use super::ByteStream;
 use crate::types::Transport;
 
-/// A connected, non-blocking TCP socket.
+/// Bytes read ahead of the frame reader.
+const READ_AHEAD: usize = 4096;
+
+/// A connected, non-blocking TCP socket and the bytes read ahead from it.
 #[derive(Debug)]
-pub(crate) struct Tcp(pub(crate) TcpStream);
+pub(crate) struct Tcp {
+    sock: TcpStream,
+    ahead: Box<[u8]>,
+    /// `ahead[at..end]` came from the socket and has not been read yet.
+    at: usize,
+    end: usize,
+    /// The last `recv` emptied the socket.
+    drained: bool,
+}
+
+impl Tcp {
+    pub(crate) fn new(sock: TcpStream) -> Tcp {
+        Tcp {
+            sock,
+            ahead: vec![0; READ_AHEAD].into_boxed_slice(),
+            at: 0,
+            end: 0,
+            drained: false,
+        }
+    }
+
+    /// Moves read-ahead bytes into `dst`.
+    fn take_ahead(&mut self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.end - self.at);
+        dst[..n].copy_from_slice(&self.ahead[self.at..self.at + n]);
+        self.at += n;
+        n
+    }
+}
+
+/// One `recv` into `dst`: `Ok(0)` when nothing is there, end of stream an
+/// error.
+fn recv(fd: RawFd, dst: &mut [u8]) -> io::Result<usize> {
+    match sys::recv(fd, dst, false)? {
+        None => Ok(0),
+        Some(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+        Some(n) => Ok(n),
+    }
+}
 
 impl ByteStream for Tcp {
     fn transport(&self) -> Transport {
@@ -19,22 +68,106 @@ impl ByteStream for Tcp {
     }
 
     fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        sys::send_vectored(self.0.as_raw_fd(), bufs)
+        sys::send_vectored(self.sock.as_raw_fd(), bufs)
     }
 
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        match sys::recv(self.0.as_raw_fd(), dst, false)? {
-            None => Ok(0),
-            Some(0) if !dst.is_empty() => Err(io::ErrorKind::UnexpectedEof.into()),
-            Some(n) => Ok(n),
+        if dst.is_empty() {
+            return Ok(0);
         }
+        if self.at < self.end {
+            return Ok(self.take_ahead(dst));
+        }
+        if std::mem::take(&mut self.drained) {
+            return Ok(0);
+        }
+        let fd = self.sock.as_raw_fd();
+        if dst.len() >= READ_AHEAD {
+            let n = recv(fd, dst)?;
+            self.drained = n > 0 && n < dst.len();
+            return Ok(n);
+        }
+        let n = recv(fd, &mut self.ahead)?;
+        self.drained = n > 0 && n < READ_AHEAD;
+        (self.at, self.end) = (0, n);
+        Ok(self.take_ahead(dst))
     }
 
     fn raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.sock.as_raw_fd()
     }
 
     fn write_interest(&self) -> Interest {
         Interest::Write
+    }
+
+    /// No sleep while bytes read ahead wait: the socket would not wake us
+    /// for them.
+    fn arm_read(&mut self) -> bool {
+        self.at == self.end
+    }
+
+    fn look_again(&mut self) {
+        self.drained = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, Tcp) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (r, _) = l.accept().unwrap();
+        r.set_nonblocking(true).unwrap();
+        (w, Tcp::new(r))
+    }
+
+    /// Reads until `want` bytes came, in reads of `step` bytes, within 5 s.
+    fn read_all(t: &mut Tcp, want: usize, step: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut buf = vec![0u8; step];
+        while got.len() < want {
+            assert!(
+                std::time::Instant::now() < until,
+                "only {} of {want}",
+                got.len()
+            );
+            let n = t.try_read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    #[test]
+    fn small_and_large_reads_see_the_bytes_in_order_and_ahead_bytes_keep_us_awake() {
+        let (mut w, mut t) = pair();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        w.write_all(&data).unwrap();
+        // A small read takes more than it gives: the rest waits ahead,
+        // and a sleep would miss it.
+        let head = read_all(&mut t, 56, 56);
+        assert!(t.end - t.at > 0, "read ahead");
+        assert!(!t.arm_read(), "bytes wait ahead");
+        // A large read gives the bytes read ahead first, then the socket's.
+        let mut rest = read_all(&mut t, data.len() - 56, 65536);
+        rest.truncate(data.len() - 56);
+        assert_eq!([head, rest].concat(), data);
+        assert!(t.arm_read(), "nothing ahead");
+        drop(w);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut buf = [0u8; 8];
+        loop {
+            assert!(std::time::Instant::now() < until, "no end of stream");
+            match t.try_read(&mut buf) {
+                Ok(0) => std::thread::yield_now(),
+                Ok(n) => panic!("{n} bytes after the end"),
+                Err(e) => break assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            }
+        }
     }
 }

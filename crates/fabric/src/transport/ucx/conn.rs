@@ -25,6 +25,9 @@ use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, Control, OneSided, RegionAnswer, SendState};
 use crate::types::{Addr, Transport};
 
+/// Longest a writer waiting for UCX sleeps before it looks again.
+const WRITE_NAP: Duration = Duration::from_millis(1);
+
 /// UCX's error handler: records what it says for the connection's next look.
 ///
 /// # Safety
@@ -469,6 +472,14 @@ impl Connection for Conn {
 
     fn write_wait(&self) -> (RawFd, Interest) {
         (self.efd, Interest::Read)
+    }
+
+    /// The worker's event fd does not always wake a writer whose first
+    /// send waits for UCX to finish connecting (over UCX's tcp, about
+    /// one first write in three slept the whole nap, 200 ms): look again
+    /// after a millisecond.
+    fn write_nap(&self) -> Duration {
+        WRITE_NAP
     }
 
     fn check_alive(&mut self) {
