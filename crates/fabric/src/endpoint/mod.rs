@@ -112,8 +112,8 @@ pub struct Endpoint {
     /// it is not in use.
     udp_countdown: u32,
     /// The UDP socket may hold datagrams not looked for yet. A waiting
-    /// endpoint not using datagrams looks at it only then: its sleep
-    /// polls the socket and says when something came.
+    /// endpoint looks at it only then: its sleep polls the socket and says
+    /// when something came.
     udp_woke: bool,
     in_send: bool,
     send_timeout: Option<Duration>,
@@ -876,11 +876,15 @@ impl Endpoint {
         // so many passes, busy or idle (a message arriving during that
         // system call waits for it; a steady stream on other connections
         // does not keep a datagram waiting). While waiting, look when the
-        // sleep saw the socket stir, or when asked without a sleep.
+        // sleep saw the socket stir or when asked without a sleep, datagrams
+        // in use or not: a look that finds nothing is a system call the
+        // sleep's `poll` makes anyway.
         self.udp_countdown = self.udp_countdown.saturating_sub(1);
-        let look = self.udp_hot
-            || self.udp_countdown == 0
-            || (self.core.completion == Completion::Wait && self.udp_woke);
+        let look = self.udp_countdown == 0
+            || match self.core.completion {
+                Completion::Poll => self.udp_hot,
+                Completion::Wait => self.udp_woke,
+            };
         if self.udp_countdown == 0 {
             self.udp_countdown = UDP_LOOK_EVERY;
         }
