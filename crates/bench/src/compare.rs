@@ -138,6 +138,55 @@ fn opt<T>(r: anyhow::Result<T>) -> Option<T> {
     }
 }
 
+/// Latency runs of each side behind one latency row, alternated.
+const ALTERNATIONS: usize = 5;
+
+/// A latency run's median and 99th percentile, microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Lat {
+    median: f64,
+    p99: Option<f64>,
+}
+
+/// The median of `v` (of the two middle ones, their mean); `None` when
+/// empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// Runs our side and the peer's [`ALTERNATIONS`] times each, one after
+/// the other, and keeps each side's median of medians and of 99th
+/// percentiles. One run moves with where the scheduler puts the processes
+/// and with whatever else the machine does in that second; alternated
+/// runs share both. `theirs` is `None` when the peer is not installed; a
+/// failed run of it counts as missing.
+fn alternated(
+    mut ours: impl FnMut() -> anyhow::Result<Lat>,
+    mut theirs: Option<impl FnMut() -> Option<Lat>>,
+) -> anyhow::Result<(Lat, Option<Lat>)> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..ALTERNATIONS {
+        a.push(ours()?);
+        if let Some(r) = theirs.as_mut().and_then(|f| f()) {
+            b.push(r);
+        }
+    }
+    let side = |v: &[Lat]| {
+        median(v.iter().map(|l| l.median).collect()).map(|m| Lat {
+            median: m,
+            p99: median(v.iter().filter_map(|l| l.p99).collect()),
+        })
+    };
+    let ours = side(&a).ok_or_else(|| anyhow::anyhow!("no latency run"))?;
+    Ok((ours, side(&b)))
+}
+
 /// Runs every figure, ours against a target started from `exe`.
 pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let tools = [ucx_perftest::TOOL, iperf3::TOOL, sockperf::TOOL];
@@ -149,12 +198,15 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let mut s = Session::open(exe, None)?;
     let mut rows = Vec::new();
     let (n, secs) = (a.iterations, a.seconds);
-    let lat_in = |s: &mut Session, t, m, c, size| -> anyhow::Result<(f64, f64)> {
+    let lat_in = |s: &mut Session, t, m, c, size| -> anyhow::Result<Lat> {
         let u = s.client().latency(Test::PingPong, t, m, c, size, n)?.usec;
-        Ok((u.median, u.p99))
+        Ok(Lat {
+            median: u.median,
+            p99: Some(u.p99),
+        })
     };
     let lat = |s: &mut Session, t, m, size| -> anyhow::Result<f64> {
-        Ok(lat_in(s, t, m, Completion::Poll, size)?.0)
+        Ok(lat_in(s, t, m, Completion::Poll, size)?.median)
     };
     let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
         let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
@@ -164,31 +216,26 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         |tls: &str, test: &str, size: usize, iters: u64| ucx_perftest::run(tls, test, size, iters);
 
     eprintln!("shm latency ...");
-    // Sub-microsecond figures move with where the scheduler puts the two
-    // processes: best median of three runs each, interleaved.
-    let (mut ours, mut ours_p99, mut theirs) = ((f64::MAX, 0.0), None, None::<f64>);
-    for _ in 0..3 {
-        let r = lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8)?;
-        if r.0 < ours.0 {
-            (ours, ours_p99) = (r, Some(r.1));
-        }
-        if has_ucx {
-            if let Some(v) = opt(ucx("posix,self", "tag_lat", 8, n * 5).map(|f| f.median_us)) {
-                theirs = Some(theirs.map_or(v, |t| t.min(v)));
-            }
-        }
-    }
+    let (ours, theirs) = alternated(
+        || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
+        has_ucx.then_some(|| {
+            opt(ucx("posix,self", "tag_lat", 8, n * 5)).map(|f| Lat {
+                median: f.median_us,
+                p99: None,
+            })
+        }),
+    )?;
     rows.push(
         row(
-            "shm 8 B ping-pong, half rt, best of 3",
+            &format!("shm 8 B ping-pong, half rt, median of {ALTERNATIONS}"),
             "us",
-            Some(ours.0),
+            Some(ours.median),
             "ucx_perftest tag_lat (posix,self)",
-            theirs,
+            theirs.map(|l| l.median),
             Goal::AtMost(1.0),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours_p99, None),
+        .p99(ours.p99, None),
     );
 
     for size in [1_000_000usize, 4_000_000] {
@@ -319,22 +366,27 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             ),
             (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
         ] {
-            let (median, p99) = lat_in(&mut s, t, m, c, 64)?;
-            let theirs = has_sockperf
-                .then(|| opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)))
-                .flatten();
+            let (ours, theirs) = alternated(
+                || lat_in(&mut s, t, m, c, 64),
+                has_sockperf.then_some(|| {
+                    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(|l| Lat {
+                        median: l.median,
+                        p99: Some(l.p99),
+                    })
+                }),
+            )?;
             let proto = if udp { "udp" } else { "--tcp" };
             rows.push(
                 row(
-                    &format!("{t} 64 B ping-pong, half round trip"),
+                    &format!("{t} 64 B ping-pong, half rt, median of {ALTERNATIONS}"),
                     "us",
-                    Some(median),
+                    Some(ours.median),
                     &format!("sockperf pp {proto} {}", regime.flags()),
                     theirs.map(|l| l.median),
                     Goal::AtMost(1.0),
                 )
                 .regimes(ours_regime, peer_regime)
-                .p99(Some(p99), theirs.map(|l| l.p99)),
+                .p99(ours.p99, theirs.and_then(|l| l.p99)),
             );
         }
     }
@@ -386,36 +438,42 @@ fn ucx_rows(
     };
     let mut s = Session::open_with(exe, None, Some(&opts))?;
     let n = a.iterations;
-    // Sub-microsecond figures move with where the scheduler puts the
-    // processes: best median of three runs each, interleaved.
-    let (mut ours, mut ours_p99, mut theirs) = (f64::MAX, None, None::<f64>);
-    for _ in 0..3 {
-        let r = s.client().latency(
-            Test::PingPong,
-            Transport::Ucx,
-            Mode::Reliable,
-            Completion::Poll,
-            8,
-            n,
-        )?;
-        if r.usec.median < ours {
-            (ours, ours_p99) = (r.usec.median, Some(r.usec.p99));
-        }
-        if let Some(v) = opt(ucx_perftest::run(tls, "tag_lat", 8, n).map(|f| f.median_us)) {
-            theirs = Some(theirs.map_or(v, |t| t.min(v)));
-        }
-    }
+    let (ours, theirs) = alternated(
+        || {
+            let u = s
+                .client()
+                .latency(
+                    Test::PingPong,
+                    Transport::Ucx,
+                    Mode::Reliable,
+                    Completion::Poll,
+                    8,
+                    n,
+                )?
+                .usec;
+            Ok(Lat {
+                median: u.median,
+                p99: Some(u.p99),
+            })
+        },
+        Some(|| {
+            opt(ucx_perftest::run(tls, "tag_lat", 8, n)).map(|f| Lat {
+                median: f.median_us,
+                p99: None,
+            })
+        }),
+    )?;
     rows.push(
         row(
-            &format!("ucx ({name}) 8 B ping-pong, half rt, best of 3"),
+            &format!("ucx ({name}) 8 B ping-pong, half rt, median of {ALTERNATIONS}"),
             "us",
-            Some(ours),
+            Some(ours.median),
             &format!("ucx_perftest tag_lat ({tls})"),
-            theirs,
+            theirs.map(|l| l.median),
             Goal::AtMost(1.05),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours_p99, None),
+        .p99(ours.p99, None),
     );
     for size in [1_000_000usize, 4_000_000] {
         let mut r =
@@ -484,6 +542,65 @@ pub fn table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn latency_runs_alternate_and_each_side_keeps_its_median() {
+        let order = RefCell::new(String::new());
+        let mut ours = [3.0, 9.0, 1.0, 2.0, 8.0].into_iter();
+        let mut theirs = [5.0, 4.0, 7.0, 6.0].into_iter();
+        let (a, b) = alternated(
+            || {
+                order.borrow_mut().push('o');
+                let m = ours.next().unwrap();
+                Ok(Lat {
+                    median: m,
+                    p99: Some(m * 10.0),
+                })
+            },
+            Some(|| {
+                order.borrow_mut().push('t');
+                // The peer's last run fails: it counts as missing.
+                theirs.next().map(|m| Lat {
+                    median: m,
+                    p99: None,
+                })
+            }),
+        )
+        .unwrap();
+        assert_eq!(order.into_inner(), "ototototot");
+        assert_eq!(
+            a,
+            Lat {
+                median: 3.0,
+                p99: Some(30.0)
+            }
+        );
+        assert_eq!(
+            b,
+            Some(Lat {
+                median: 5.5,
+                p99: None
+            })
+        );
+        // No peer: our side alone.
+        let none: Option<fn() -> Option<Lat>> = None;
+        let (a, b) = alternated(
+            || {
+                Ok(Lat {
+                    median: 1.0,
+                    p99: None,
+                })
+            },
+            none,
+        )
+        .unwrap();
+        assert_eq!((a.median, b), (1.0, None));
+        // Our run failing fails the row.
+        let none: Option<fn() -> Option<Lat>> = None;
+        assert!(alternated(|| Err(anyhow::anyhow!("gone")), none).is_err());
+        assert_eq!(median(vec![]), None);
+    }
 
     #[test]
     fn each_row_says_both_regimes_and_latency_rows_both_p99s() {
