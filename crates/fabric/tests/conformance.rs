@@ -714,6 +714,49 @@ fn look(kind: Kind) {
     }
 }
 
+/// A waiting reader with many connections hears each of them, whichever
+/// its sleep finds readable: eight writers, each in its own thread, write
+/// in turns with pauses, and every message arrives in its writer's order.
+fn many_writers_one_waiting_reader(kind: Kind) {
+    if !kind.caps().connected {
+        return;
+    }
+    let Some(p) = Pair::new(kind) else { return };
+    const WRITERS: u32 = 8;
+    const EACH: u64 = 100;
+    let mut rx = p.b.open(50, cfg(Completion::Wait)).unwrap();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let mut e = p.a.open(60 + w, cfg(Completion::Wait)).unwrap();
+            let t = p.target(&mut e, Addr::new(2, 50), kind.mode());
+            thread::spawn(move || {
+                for n in 0..EACH {
+                    e.write(t, &n.to_le_bytes()).unwrap();
+                    if (n + u64::from(w)) % 7 == 0 {
+                        thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                e
+            })
+        })
+        .collect();
+    let mut next = vec![0u64; WRITERS as usize];
+    let mut buf = [0u8; 64];
+    let until = Instant::now() + Duration::from_secs(60);
+    for _ in 0..u64::from(WRITERS) * EACH {
+        let left = until.saturating_duration_since(Instant::now());
+        let r = rx.read_timeout(&mut buf, left).unwrap();
+        let r = r.unwrap_or_else(|| panic!("only {next:?} came"));
+        let w = (r.from.ep - 60) as usize;
+        assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), next[w]);
+        next[w] += 1;
+    }
+    assert!(next.iter().all(|&n| n == EACH), "{next:?}");
+    for h in writers {
+        h.join().unwrap();
+    }
+}
+
 macro_rules! suite {
     ($($name:ident = $kind:expr;)*) => {$(
         mod $name {
@@ -783,6 +826,11 @@ macro_rules! suite {
             #[test]
             fn a_look_without_waiting_sees_what_has_come() {
                 look(KIND)
+            }
+
+            #[test]
+            fn a_waiting_reader_hears_many_writers() {
+                many_writers_one_waiting_reader(KIND)
             }
         }
     )*};

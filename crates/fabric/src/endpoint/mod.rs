@@ -991,6 +991,15 @@ impl Endpoint {
             if self.udp.is_some() && self.pollfds[1].revents != 0 {
                 self.udp_woke = true;
             }
+            // Connections whose socket had nothing are not read on the next
+            // pass (a system call each, over tcp).
+            let first = 1 + usize::from(self.udp.is_some()) + usize::from(self.ucx.is_some());
+            let conns = self.slots.iter_mut().filter_map(|s| s.conn.as_mut());
+            for (c, p) in conns.zip(&self.pollfds[first..]) {
+                if p.revents == 0 {
+                    c.link.quiet();
+                }
+            }
         }
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {

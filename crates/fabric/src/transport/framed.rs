@@ -654,6 +654,10 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.look_again()
     }
 
+    fn quiet(&mut self) {
+        self.stream.quiet()
+    }
+
     fn control(&mut self) -> &mut Control {
         &mut self.control
     }

@@ -142,6 +142,9 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// Forgets that the last read emptied the stream: the next read looks
     /// (a look that must not miss what is there, as `try_read`'s).
     fn look_again(&mut self) {}
+    /// A `poll` of `raw_fd` just found nothing to read: the next read may
+    /// answer "nothing" without a system call.
+    fn quiet(&mut self) {}
     /// Sends a descriptor to the peer (shared memory only).
     fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
@@ -224,6 +227,8 @@ pub(crate) trait Connection: fmt::Debug + Send {
     fn check_alive(&mut self);
     /// The next pass looks for what has arrived, whatever the last said.
     fn look_again(&mut self) {}
+    /// The sleep's `poll` found nothing on [`read_fd`](Self::read_fd).
+    fn quiet(&mut self) {}
     /// Answers and replies its receive side left.
     fn control(&mut self) -> &mut Control;
     /// Its one-sided access to the peer's regions, if the transport has it.

@@ -5,9 +5,11 @@
 //! are served from one `recv` of up to that many bytes, so that a small
 //! message costs the receiver one system call, not one for its header and
 //! one for its payload. Larger reads go straight into the caller's buffer.
-//! A `recv` that gave less than asked emptied the socket: the read after
-//! it answers "nothing" without asking the kernel again (a waiting reader
-//! then sleeps in `poll`, which sees what came since).
+//! A `recv` that gave less than asked emptied the socket, and so did a
+//! `poll` that found nothing on it: the read after either answers
+//! "nothing" without asking the kernel again (a waiting reader then sleeps
+//! in `poll`, which sees what came since). A waiting endpoint with many
+//! connections so reads only those its `poll` found readable.
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
@@ -109,6 +111,10 @@ impl ByteStream for Tcp {
 
     fn look_again(&mut self) {
         self.drained = false;
+    }
+
+    fn quiet(&mut self) {
+        self.drained = true;
     }
 }
 
