@@ -38,6 +38,9 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Draw bandwidth against gateways as a PNG.
     pub plot: Option<PathBuf>,
+    /// Where the cp columns' files live (the system's temporary directory
+    /// when `None`): on the file system whose part is to be measured.
+    pub dir: Option<PathBuf>,
 }
 
 /// One row: N gateways.
@@ -65,6 +68,9 @@ pub struct Row {
     pub ratio_cp_up: f64,
     /// cp down / (N x the one-gateway striped figure).
     pub ratio_cp_down: f64,
+    /// The same bytes written to a file beside cp's, from memory in 1 MiB
+    /// writes, right after cp down: what the file system takes alone, MB/s.
+    pub fs_write: f64,
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -273,6 +279,34 @@ pub struct LaneCopy {
     pub carried: [Vec<(u32, u64)>; 2],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
+    /// The same bytes written from memory to a file beside cp's, in 1 MiB
+    /// writes, right after the download, MB/s.
+    pub fs_write: f64,
+}
+
+/// Writes `data` to a new file `path` in 1 MiB writes (as cp's receiver
+/// does, without a sync); MB/s.
+fn write_rate(path: &Path, data: &[u8]) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let t = std::time::Instant::now();
+    let mut f = std::fs::File::create(path)?;
+    for c in data.chunks(1 << 20) {
+        f.write_all(c)?;
+    }
+    drop(f);
+    Ok(data.len() as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// The type of the file system that holds `dir`, as `stat -f` names it.
+fn fs_type(dir: &Path) -> String {
+    Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(dir)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
@@ -301,10 +335,21 @@ fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
 /// striped transfers) behind `n` relaying gateways: `cp` of `mib` MiB up and
 /// back down from the compute host, with a cluster file naming the lane.
 /// The contact connection goes by the kernel's routes (set up here); the
-/// data through the relays. Both copies are compared with the source.
-pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::Result<LaneCopy> {
+/// data through the relays. Both copies are compared with the source. The
+/// files live in a new directory inside `parent` (the system's temporary
+/// directory when `None`).
+pub fn files_through(
+    exe: &Path,
+    tb: &Testbed,
+    n: usize,
+    mib: usize,
+    parent: Option<&Path>,
+) -> anyhow::Result<LaneCopy> {
     tb.kernel_ecmp().map_err(anyhow::Error::msg)?;
-    let dir = macrolink_testbed::undo::scratch()?;
+    let dir = match parent {
+        Some(p) => macrolink_testbed::undo::scratch_in(p)?,
+        None => macrolink_testbed::undo::scratch()?,
+    };
     let export = dir.path().join("export");
     std::fs::create_dir(&export)?;
     let secret = "gateway testbed secret, long enough";
@@ -389,6 +434,7 @@ pub fn files_through(exe: &Path, tb: &Testbed, n: usize, mib: usize) -> anyhow::
         }
         out.carried[k] = per;
     }
+    out.fs_write = write_rate(&dir.path().join("local"), &data)?;
     if std::fs::read(export.join("f"))? != data || std::fs::read(&back)? != data {
         bail!("a copy through the lane differs from its source");
     }
@@ -486,7 +532,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         } else {
             (None, None)
         };
-        let cp = files_through(&exe, &tb, n, a.mib)?;
+        let cp = files_through(&exe, &tb, n, a.mib, a.dir.as_deref())?;
         rows.push(Row {
             gateways: n,
             macrolink: mbs,
@@ -499,6 +545,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_down: cp.down,
             ratio_cp_up: cp.up / (n as f64 * one),
             ratio_cp_down: cp.down / (n as f64 * one),
+            fs_write: cp.fs_write,
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -507,7 +554,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
@@ -518,11 +565,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "cp up",
         "/ (N x one)",
         "cp down",
-        "/ (N x one)"
+        "/ (N x one)",
+        "fs write"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
@@ -533,7 +581,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.cp_up,
             r.ratio_cp_up,
             r.cp_down,
-            r.ratio_cp_down
+            r.ratio_cp_down,
+            r.fs_write
         );
     }
     println!(
@@ -543,6 +592,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
          streams, through the lane's relays to the file service on the storage host (contact by \
          IP routes). None of these has a peer in the same regime here: the kernel columns show \
          what the links carry, not a like-for-like copy."
+    );
+    let files = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    println!(
+        "cp's files live in {} ({}); fs write: the same bytes written from memory to a file \
+         beside them in 1 MiB writes, right after cp down, what that file system takes with no \
+         network (cp cannot beat it; --dir puts the files elsewhere).",
+        files.display(),
+        fs_type(&files)
     );
     eprintln!("bonding ...");
     println!(

@@ -264,9 +264,14 @@ fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
     let Some(tb) = testbed(2, 1) else {
         return;
     };
-    // Both copies are compared with their source inside.
-    let r = files_through(Path::new(EXE), &tb, 2, 24).unwrap();
+    // Both copies are compared with their source inside; the files live
+    // in the directory given, and go with the run.
+    let parent = tempfile::tempdir().unwrap();
+    let r = files_through(Path::new(EXE), &tb, 2, 24, Some(parent.path())).unwrap();
     eprintln!("cp through the lane: {r:?}");
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert!(left.is_empty(), "the run left {left:?}");
+    assert!(r.fs_write > 0.0, "the file system's own rate: {r:?}");
     for per in &r.carried {
         let nodes: Vec<u32> = per.iter().map(|(g, _)| *g).collect();
         assert_eq!(nodes, [21, 22], "{per:?}");

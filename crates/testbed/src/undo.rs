@@ -73,7 +73,15 @@ impl Scratch {
 
 /// A new temporary directory, listed for [`on_signal`].
 pub fn scratch() -> std::io::Result<Scratch> {
-    let dir = tempfile::tempdir()?;
+    listed(tempfile::tempdir()?)
+}
+
+/// A new temporary directory inside `parent`, listed for [`on_signal`].
+pub fn scratch_in(parent: &Path) -> std::io::Result<Scratch> {
+    listed(tempfile::tempdir_in(parent)?)
+}
+
+fn listed(dir: tempfile::TempDir) -> std::io::Result<Scratch> {
     let listed = Listed::new(Thing::Dir(dir.path().to_path_buf()));
     Ok(Scratch {
         dir,

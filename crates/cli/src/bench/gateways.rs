@@ -33,6 +33,10 @@ pub struct Args {
     /// Draw bandwidth against gateways as a PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Directory for the files that cp moves (default: the system's
+    /// temporary directory): a directory on the file system to measure.
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -46,6 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         misses: a.misses,
         json: a.json,
         plot: a.plot,
+        dir: a.dir,
     };
     gateways::run(&std::env::current_exe()?, &opts)
 }
