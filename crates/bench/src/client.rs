@@ -154,7 +154,9 @@ impl Client {
             size: size as u64,
             count,
         })?;
-        let payload = vec![0xa5u8; size];
+        // Page-aligned, as ucx_perftest's and iperf3's buffers are.
+        let mut payload = IoBuf::new(size)?;
+        payload.fill(0xa5);
         let mark = Mark::now();
         let t0 = clock_ns();
         match mode {

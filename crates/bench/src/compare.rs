@@ -397,6 +397,44 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         }
     }
 
+    eprintln!("shm reliable 1 MB, waiting ...");
+    // A waiting reader of large messages takes them by rendezvous: beside
+    // UCX's event-driven mode, whose shared-memory rendezvous is the same
+    // one cross-memory copy.
+    {
+        let size = 1_000_000usize;
+        let ours = bw(
+            &mut s,
+            Transport::Shm,
+            Mode::Reliable,
+            Completion::Wait,
+            size,
+        )?;
+        let iters = ((secs * 8_000_000_000.0 / size as f64) as u64).max(100);
+        let theirs = has_ucx
+            .then(|| {
+                opt(ucx_perftest::run_sleeping(
+                    "posix,cma,self",
+                    "tag_bw",
+                    size,
+                    iters,
+                ))
+                .map(|f| f.mb_per_s)
+            })
+            .flatten();
+        rows.push(
+            row(
+                &format!("shm reliable {size} B"),
+                "MB/s",
+                ours.mb_per_s,
+                "ucx_perftest tag_bw -E sleep (posix,cma)",
+                theirs,
+                Goal::AtLeast(1.0),
+            )
+            .regimes(WAIT, "sleep"),
+        );
+    }
+
     eprintln!("wait-mode CPU ...");
     for (t, m) in [
         (Transport::Shm, Mode::Put),

@@ -212,6 +212,10 @@ pub struct Stats {
     pub messages_in: u64,
     /// Messages sent.
     pub messages_out: u64,
+    /// Of the messages delivered, those the sender wrote straight into
+    /// the buffer of a waiting read (shared memory, large reliable
+    /// messages).
+    pub messages_placed: u64,
     /// Payload bytes delivered (messages and placed puts).
     pub bytes_in: u64,
     /// Payload bytes sent.

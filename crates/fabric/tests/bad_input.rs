@@ -111,6 +111,14 @@ fn frames_that_break_the_protocol_are_refused() {
             h.seq = 42;
             h
         }),
+        ("a message placed in no buffer offered", {
+            let mut h = Header::new(FrameKind::Placed);
+            h.src_node = 7;
+            h.src_ep = 7;
+            h.dst_ep = 5;
+            h.total = 1 << 20;
+            h
+        }),
         ("handshake again", {
             let mut h = Header::new(FrameKind::Hello);
             h.src_node = 7;

@@ -56,6 +56,10 @@ pub enum FrameKind {
     /// UCX: the receiver took `offset` more reliable messages off the
     /// connection; the sender may send that many more.
     Credit = 14,
+    /// Shared memory: the sender wrote the whole reliable message of
+    /// `total` bytes, numbered `seq` as a `Data` message would be, straight
+    /// into the buffer the reader offered under `key`; no payload follows.
+    Placed = 15,
 }
 
 impl FrameKind {
@@ -75,6 +79,7 @@ impl FrameKind {
             12 => Self::Revoke,
             13 => Self::Revoked,
             14 => Self::Credit,
+            15 => Self::Placed,
             _ => return None,
         })
     }
@@ -376,7 +381,8 @@ impl Header {
             | FrameKind::RegionQuery
             | FrameKind::Revoke
             | FrameKind::Revoked
-            | FrameKind::Credit => {
+            | FrameKind::Credit
+            | FrameKind::Placed => {
                 if self.len != 0 {
                     return bad("control frame with payload");
                 }
@@ -423,7 +429,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kinds() -> impl Strategy<Value = FrameKind> {
-        (1u8..=14).prop_map(|k| FrameKind::from_u8(k).unwrap())
+        (1u8..=15).prop_map(|k| FrameKind::from_u8(k).unwrap())
     }
 
     prop_compose! {

@@ -24,12 +24,29 @@ pub struct Figures {
 
 /// Runs test `test` (`tag_lat`, `ucp_put_bw`, ...) of `size`-byte messages
 /// for `iters` iterations over the UCX transports `tls`, server and client
-/// on loopback.
+/// on loopback, both busy polling.
 pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
+    run_with(tls, test, size, iters, &[])
+}
+
+/// As [`run`], both sides sleeping after posting their requests (`-E
+/// sleep`): UCX's event-driven mode, beside a waiting endpoint of ours.
+pub fn run_sleeping(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
+    run_with(tls, test, size, iters, &["-E", "sleep"])
+}
+
+fn run_with(
+    tls: &str,
+    test: &str,
+    size: usize,
+    iters: u64,
+    extra: &[&str],
+) -> anyhow::Result<Figures> {
     let port = free_port()?.to_string();
     let _server = Server::start(
         Command::new(TOOL.program)
             .args(["-p", &port])
+            .args(extra)
             .env("UCX_TLS", tls),
         Duration::from_millis(400),
     )?;
@@ -44,6 +61,7 @@ pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Fig
                 "-f",
                 "-v",
             ])
+            .args(extra)
             .env("UCX_TLS", tls),
         Duration::from_secs(120),
     )?;

@@ -19,6 +19,7 @@ use crate::pool::TokenPool;
 use crate::puts::PutTable;
 use crate::rx::{Body, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use crate::transport::contact::{Dialled, Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
+use crate::transport::offer::PLACE_MIN;
 use crate::transport::region::Regions;
 use crate::transport::udp::Udp;
 use crate::transport::{sys, ucx, Connection, SendState};
@@ -105,6 +106,9 @@ pub struct Endpoint {
     incoming: Vec<Incoming>,
     pollfds: Vec<libc::pollfd>,
     next_slot: usize,
+    /// The connection that last delivered a large reliable message: a
+    /// waiting read offers it its buffer (see `transport::offer`).
+    offer_to: Option<usize>,
     idle_spins: u32,
     /// Datagrams are in use: look at the UDP socket on every pass.
     udp_hot: bool,
@@ -165,6 +169,7 @@ impl Endpoint {
             incoming: Vec::new(),
             pollfds: Vec::new(),
             next_slot: 0,
+            offer_to: None,
             idle_spins: 0,
             udp_hot: false,
             udp_countdown: 1,
@@ -737,7 +742,11 @@ impl Endpoint {
                 }
                 _ => {}
             }
-            self.idle(deadline)?;
+            if let Some(r) = self.idle(deadline, Some(&mut *buf))? {
+                self.delivered();
+                self.flush_ctrl();
+                return Ok(Some(r));
+            }
         }
     }
 
@@ -857,6 +866,9 @@ impl Endpoint {
                 Step::Moved => moved = true,
                 Step::Delivered(r) => {
                     self.next_slot = if i + 1 == n { 0 } else { i + 1 };
+                    if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
+                        self.offer_to = Some(i);
+                    }
                     return Ok((Some(r), true));
                 }
                 Step::TooSmall(needed) => {
@@ -907,6 +919,19 @@ impl Endpoint {
         Ok((None, moved))
     }
 
+    /// The slot of the endpoint's one connection, when it has one only.
+    fn only_conn(&self) -> Option<usize> {
+        let mut live = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.conn.is_some());
+        match (live.next(), live.next()) {
+            (Some((i, _)), None) => Some(i),
+            _ => None,
+        }
+    }
+
     /// Drops a broken connection and tells the application.
     fn lose(&mut self, i: usize, reason: String) {
         let gen = self.slots[i].gen;
@@ -922,8 +947,9 @@ impl Endpoint {
         }
     }
 
-    /// Nothing moved: spin or sleep.
-    fn idle(&mut self, deadline: Deadline) -> Result<()> {
+    /// Nothing moved: spin or sleep. `user`, the buffer of a waiting read,
+    /// may receive a message during the sleep, which is then returned.
+    fn idle(&mut self, deadline: Deadline, user: Option<&mut [u8]>) -> Result<Option<Recv>> {
         match self.core.completion {
             Completion::Poll => {
                 // Soon after traffic, spin flat out, as a busy-polling peer
@@ -942,15 +968,17 @@ impl Endpoint {
                         }
                     }
                 }
-                Ok(())
+                Ok(None)
             }
-            Completion::Wait => self.sleep(deadline),
+            Completion::Wait => self.sleep(deadline, user),
         }
     }
 
     /// Blocks until a connection, the datagram socket, the UCX worker or
-    /// the inbox stirs.
-    fn sleep(&mut self, deadline: Deadline) -> Result<()> {
+    /// the inbox stirs. With `user`, the buffer of a waiting read, offers
+    /// it to the connection that sent the last large message, and returns
+    /// the message placed in it, if one was.
+    fn sleep(&mut self, deadline: Deadline, mut user: Option<&mut [u8]>) -> Result<Option<Recv>> {
         let mut armed = true;
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
@@ -959,6 +987,14 @@ impl Endpoint {
         }
         if let Some(p) = self.ucx.as_mut() {
             armed &= p.arm();
+        }
+        let mut offered = None;
+        let to = self.offer_to.or_else(|| self.only_conn());
+        if let (true, Some(i), Some(buf)) = (armed, to, user.as_deref_mut()) {
+            let conn = self.slots.get_mut(i).and_then(|s| s.conn.as_mut());
+            if conn.is_some_and(|c| c.link.offer(buf)) {
+                offered = Some(i);
+            }
         }
         if armed {
             self.pollfds.clear();
@@ -1006,7 +1042,23 @@ impl Endpoint {
                 c.link.disarm();
             }
         }
-        Ok(())
+        let Some(i) = offered else {
+            return Ok(None);
+        };
+        let Some(conn) = self.slots[i].conn.as_mut() else {
+            return Ok(None);
+        };
+        if !conn.link.withdraw() {
+            return Ok(None);
+        }
+        // The message is in the buffer and its notice next on the
+        // connection: nothing else may be read into the buffer first.
+        match conn.link.progress(&mut self.core, user) {
+            Step::Delivered(r) => return Ok(Some(r)),
+            Step::Lost(reason) => self.lose(i, reason),
+            _ => self.lose(i, "a message placed without its notice".into()),
+        }
+        Ok(None)
     }
 }
 

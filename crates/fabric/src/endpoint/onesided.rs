@@ -120,7 +120,7 @@ impl Endpoint {
         while self.core.puts.next_busy() {
             self.progress()?;
             if self.core.puts.next_busy() {
-                self.idle(Deadline::Never)?;
+                self.idle(Deadline::Never, None)?;
             }
         }
         self.conn_mut(peer, slot, gen)?;
@@ -287,7 +287,7 @@ impl Endpoint {
                 continue;
             }
             if !self.progress()? {
-                self.idle(Deadline::Never)?;
+                self.idle(Deadline::Never, None)?;
             }
         }
     }
@@ -328,7 +328,7 @@ impl Endpoint {
                         }
                     }
                     if !self.progress()? {
-                        self.idle(Deadline::Never)?;
+                        self.idle(Deadline::Never, None)?;
                     }
                 }
             }

@@ -544,7 +544,7 @@ fn refuse(s: &mut impl Write, why: Refusal) -> io::Result<Outcome> {
 /// What a handshake ends with.
 enum Outcome {
     /// Hand this stream to the endpoint.
-    Adopt(Arc<Inbox>, Incoming),
+    Adopt(Arc<Inbox>, Box<Incoming>),
     /// Nothing to hand on (answered a resolve, or refused).
     Done,
 }
@@ -583,7 +583,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
         }
     };
     if let Outcome::Adopt(inbox, inc) = outcome {
-        inbox.push(inc);
+        inbox.push(*inc);
     }
     Ok(())
 }
@@ -630,7 +630,10 @@ where
     };
     let (Some(side), Dialled::Tcp(sock)) = (side, &stream) else {
         answer(&mut t)?;
-        return Ok(Outcome::Adopt(inbox, Incoming { peer, link: stream }));
+        return Ok(Outcome::Adopt(
+            inbox,
+            Box::new(Incoming { peer, link: stream }),
+        ));
     };
     // UCX: the cards follow the answer; the connection is the endpoint's
     // before this side's card goes, so that the peer's first message finds

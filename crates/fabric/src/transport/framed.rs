@@ -26,6 +26,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, RawFd};
 use std::time::Instant;
 
+use super::offer::PLACE_MIN;
 use super::region::RemoteRegion;
 use super::sys::{self, Interest};
 use super::{ByteStream, Connection, Control, OneSided, RegionAnswer, SendState};
@@ -202,6 +203,7 @@ impl<S: ByteStream> Framed<S> {
                 FrameKind::Hello | FrameKind::HelloOk | FrameKind::HelloRefused => {
                     return self.violation(core, "handshake frame on an open connection")
                 }
+                FrameKind::Placed => self.placed(core, h, user.is_some()),
                 FrameKind::Revoke | FrameKind::Revoked | FrameKind::Credit => {
                     return self.violation(core, "UCX control frame on a byte stream")
                 }
@@ -380,6 +382,33 @@ impl<S: ByteStream> Framed<S> {
                 Step::Moved
             }
         }
+    }
+
+    /// A reliable message the sender wrote straight into the buffer this
+    /// read offered (see [`super::offer`]).
+    fn placed(&mut self, core: &mut Core, h: Header, reading: bool) -> Step {
+        self.rx.finish();
+        self.frame_started = false;
+        if !matches!(self.asm, Asm::Idle) {
+            return self.violation(core, "placed message inside another");
+        }
+        if h.seq != self.rx_seq {
+            return self.violation(core, "reliable message out of order");
+        }
+        if !reading || !self.stream.take_placed(h.key, h.total) {
+            return self.violation(core, "placed message in no buffer offered");
+        }
+        self.rx_seq += 1;
+        core.stats.messages_in += 1;
+        core.stats.messages_placed += 1;
+        core.stats.bytes_in += h.total;
+        Step::Delivered(Recv {
+            from: self.peer,
+            len: h.total as usize,
+            kind: RecvKind::Message(Mode::Reliable),
+            transport: self.stream.transport(),
+            via: Some(self.id),
+        })
     }
 
     /// Queues a whole message for the application.
@@ -583,6 +612,23 @@ impl<S: ByteStream> Connection for Framed<S> {
     }
 
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
+        let fresh = st.done == 0 && st.sent == 0;
+        if h.kind == FrameKind::Data && payload.len() >= PLACE_MIN && fresh {
+            if let Some(gen) = self.stream.place(payload)? {
+                let mut f = *h;
+                f.kind = FrameKind::Placed;
+                f.key = gen;
+                f.len = 0;
+                f.offset = 0;
+                // Everything sent before has been read: the ring is empty.
+                if self.stream.try_write(&[IoSlice::new(&f.encode())])? != HEADER_LEN {
+                    return Err(io::Error::other("the ring took part of a placement"));
+                }
+                self.stream.placed(gen);
+                st.done = payload.len();
+                return Ok(true);
+            }
+        }
         loop {
             let n = (payload.len() - st.done).min(MAX_FRAME as usize);
             let mut f = *h;
@@ -648,6 +694,15 @@ impl<S: ByteStream> Connection for Framed<S> {
 
     fn check_alive(&mut self) {
         self.stream.check_alive()
+    }
+
+    fn offer(&mut self, buf: &mut [u8]) -> bool {
+        let idle = matches!(self.asm, Asm::Idle) && !self.frame_started && self.rx.is_idle();
+        idle && buf.len() >= PLACE_MIN && self.stream.offer(buf)
+    }
+
+    fn withdraw(&mut self) -> bool {
+        self.stream.withdraw()
     }
 
     fn look_again(&mut self) {
@@ -765,6 +820,11 @@ impl FrameReader {
         self.cur = Some(h);
         self.left = h.len as usize;
         Ok(Some(h))
+    }
+
+    /// No part of a frame read.
+    fn is_idle(&self) -> bool {
+        self.cur.is_none() && self.have == 0
     }
 
     /// Payload bytes of the current frame not yet read.

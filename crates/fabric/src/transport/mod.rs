@@ -21,6 +21,7 @@
 pub(crate) mod contact;
 pub(crate) mod framed;
 pub(crate) mod memfd;
+pub(crate) mod offer;
 pub(crate) mod region;
 pub(crate) mod shm;
 pub(crate) mod sys;
@@ -153,6 +154,28 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     fn take_fd(&mut self) -> Option<OwnedFd> {
         None
     }
+    /// Reader: offers `buf` to the sender for the next message (shared
+    /// memory only, see [`offer`]); `buf` stays untouched until
+    /// [`withdraw`](Self::withdraw).
+    fn offer(&mut self, _buf: &mut [u8]) -> bool {
+        false
+    }
+    /// Reader: takes the offer back; true when a message was placed in it.
+    fn withdraw(&mut self) -> bool {
+        false
+    }
+    /// Reader: whether a `Placed` frame for offer `gen` of `total` bytes
+    /// is due.
+    fn take_placed(&mut self, _gen: u64, _total: u64) -> bool {
+        false
+    }
+    /// Sender: places `payload` in the buffer the reader offers, if any;
+    /// `Some(gen)` when it did.
+    fn place(&mut self, _payload: &[u8]) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Sender: the `Placed` frame of offer `gen` has been written.
+    fn placed(&mut self, _gen: u64) {}
 }
 
 /// How far a connection has got with the frame it is sending.
@@ -234,6 +257,17 @@ pub(crate) trait Connection: fmt::Debug + Send {
     /// Its one-sided access to the peer's regions, if the transport has it.
     fn one_sided(&mut self) -> Option<&mut dyn OneSided> {
         None
+    }
+    /// Offers `buf`, the buffer of a read about to sleep, for the next
+    /// message to be written straight into (shared memory); `buf` stays
+    /// untouched until [`withdraw`](Self::withdraw).
+    fn offer(&mut self, _buf: &mut [u8]) -> bool {
+        false
+    }
+    /// Takes the offer back; true when a message was placed in the buffer
+    /// and the next [`progress`](Self::progress) with it delivers it.
+    fn withdraw(&mut self) -> bool {
+        false
     }
     /// The UCX connection under it, for the endpoint's UCX worker to hand
     /// what it receives to.

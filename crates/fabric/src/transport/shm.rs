@@ -19,6 +19,10 @@
 //! lock, no allocation and no system call. A side that wants to sleep raises
 //! its flag, re-checks the ring, and waits on the socket; the other side
 //! rings the doorbell only when it sees that flag.
+//!
+//! Beside each ring's counters sits its offer block: a reader asleep on a
+//! large message offers its buffer there, and the sender copies the message
+//! straight into it (see [`super::offer`]).
 
 use crossbeam_utils::CachePadded;
 use memmap2::MmapRaw;
@@ -30,6 +34,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::memfd;
+use super::offer::{self, OfferCtrl, Offers, Phase};
 use super::sys::{self, Interest};
 use super::ByteStream;
 use crate::types::Transport;
@@ -48,7 +53,10 @@ struct RingCtrl {
     writer_waiting: CachePadded<AtomicU32>,
 }
 
-const _: () = assert!(2 * std::mem::size_of::<RingCtrl>() <= DATA_START);
+/// Where the offer blocks start: after both rings' counters.
+const OFFERS_AT: usize = 2 * std::mem::size_of::<RingCtrl>();
+
+const _: () = assert!(OFFERS_AT + 2 * std::mem::size_of::<OfferCtrl>() <= DATA_START);
 
 /// Smallest ring.
 pub(crate) const MIN_RING: usize = 4096;
@@ -101,6 +109,11 @@ pub(crate) struct ShmStream {
     /// Consumer's own copy of its head, and the last tail it read.
     rx_head: u64,
     rx_tail_seen: u64,
+    /// Offers for the outgoing ring (the peer's, taken here) and the
+    /// incoming one (ours).
+    tx_offer: *const OfferCtrl,
+    rx_offer: *const OfferCtrl,
+    offers: Offers,
     sock: UnixStream,
     peer_gone: bool,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
@@ -147,6 +160,14 @@ impl ShmStream {
             // mapping is page aligned, which satisfies RingCtrl's alignment.
             unsafe { base.add(i * std::mem::size_of::<RingCtrl>()) as *const RingCtrl }
         };
+        let offer_at = |i: usize| {
+            // SAFETY: both offer blocks lie between OFFERS_AT and DATA_START
+            // (the const assertion above); OFFERS_AT and the block size are
+            // multiples of the cache line, OfferCtrl's alignment.
+            unsafe {
+                base.add(OFFERS_AT + i * std::mem::size_of::<OfferCtrl>()) as *const OfferCtrl
+            }
+        };
         let data = |i: usize| {
             // SAFETY: ring i spans DATA_START + i*cap .. DATA_START + (i+1)*cap,
             // inside a mapping of segment_len(cap) bytes (checked above).
@@ -159,7 +180,14 @@ impl ShmStream {
         // Counters start at zero in a new segment; what the peer may have
         // written there since is read, and checked, when it is used.
         let (tx, rx) = (ctrl(t), ctrl(r));
+        let offers = Offers {
+            peer_pid: sys::peer_pid(sock.as_raw_fd()),
+            ..Offers::default()
+        };
         Ok(ShmStream {
+            tx_offer: offer_at(t),
+            rx_offer: offer_at(r),
+            offers,
             tx,
             tx_data: data(t),
             rx,
@@ -184,6 +212,228 @@ impl ShmStream {
     fn rx(&self) -> &RingCtrl {
         // SAFETY: as for `tx`.
         unsafe { &*self.rx }
+    }
+
+    fn tx_offer(&self) -> &OfferCtrl {
+        // SAFETY: as for `tx`.
+        unsafe { &*self.tx_offer }
+    }
+
+    fn rx_offer(&self) -> &OfferCtrl {
+        // SAFETY: as for `tx`.
+        unsafe { &*self.rx_offer }
+    }
+
+    /// Reader: offers `buf` for the next message while the incoming ring
+    /// is empty; false when it is not (or an offer is out). `buf` must not
+    /// be touched until [`withdraw`](Self::withdraw) returns.
+    pub(crate) fn offer(&mut self, buf: &mut [u8]) -> bool {
+        if self.peer_gone || self.offers.out.is_some() {
+            return false;
+        }
+        if self.rx().tail.load(Ordering::Acquire) != self.rx_head {
+            return false;
+        }
+        self.offers.gen = self.offers.gen.wrapping_add(1);
+        let gen = self.offers.gen;
+        let o = self.rx_offer();
+        o.words
+            .addr
+            .store(buf.as_mut_ptr() as u64, Ordering::Relaxed);
+        o.words.len.store(buf.len() as u64, Ordering::Relaxed);
+        // SYNC POINT: release pairs with the sender's acquire (its CAS to
+        // BUSY): the buffer's address and length are seen with the offer.
+        o.words
+            .state
+            .store(offer::state(gen, Phase::Offered), Ordering::Release);
+        // Dekker fence with the sender's `want` store + state load.
+        fence(Ordering::SeqCst);
+        if o.want.load(Ordering::Relaxed) != 0 {
+            self.ring_doorbell(&self.rx_offer().want);
+        }
+        self.offers.out = Some((gen, buf.len() as u64));
+        true
+    }
+
+    /// Reader: takes the offer out back. True when the sender placed a
+    /// message in the buffer: its `Placed` frame is next in the ring.
+    pub(crate) fn withdraw(&mut self) -> bool {
+        let Some((gen, len)) = self.offers.out.take() else {
+            return false;
+        };
+        let mut spins = 0u32;
+        loop {
+            // SYNC POINT: acquire pairs with the sender's release of PLACED:
+            // its copy and the `Placed` frame are visible once it is seen.
+            let r = self.rx_offer().words.state.compare_exchange(
+                offer::state(gen, Phase::Offered),
+                offer::state(gen, Phase::Idle),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            match r {
+                Ok(_) => return false,
+                Err(s) if s == offer::state(gen, Phase::Placed) => {
+                    self.offers.placed = Some((gen, len));
+                    return true;
+                }
+                Err(s) if s == offer::state(gen, Phase::Busy) => {
+                    // The sender is inside its copy into the buffer (it
+                    // rang for its `Placed` frame): spin a little, then
+                    // sleep until it rings again.
+                    if self.peer_gone {
+                        return false;
+                    }
+                    spins += 1;
+                    if spins < offer::BUSY_SPINS {
+                        std::hint::spin_loop();
+                    } else {
+                        self.await_placed(s);
+                    }
+                }
+                // Declined, or what no sender writes.
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Reader: whether a `Placed` frame for offer `gen` of `total` bytes
+    /// is due (a withdrawal found it placed, with room for it).
+    pub(crate) fn take_placed(&mut self, gen: u64, total: u64) -> bool {
+        self.offers.take_placed(gen, total)
+    }
+
+    /// Sender: copies `payload` straight into the buffer the reader
+    /// offers, when it offers one large enough and has read everything
+    /// sent before. `Some(gen)`: placed; the `Placed` frame goes next, then
+    /// [`placed`](Self::placed).
+    pub(crate) fn place(&mut self, payload: &[u8]) -> io::Result<Option<u64>> {
+        if self.peer_gone {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let Some(pid) = self.offers.peer_pid else {
+            return Ok(None);
+        };
+        let drained = self.tx().head.load(Ordering::Acquire) == self.tx_tail;
+        let mut s = self.tx_offer().words.state.load(Ordering::Acquire);
+        if !drained || offer::parse(s).1 != Phase::Offered {
+            // A reader that offers offers again as soon as it has read what
+            // is in the ring and sleeps: wait for that rather than fill the
+            // ring. Once a wait is in vain, wait again only after the
+            // reader has made a new offer.
+            if offer::parse(s).0 == self.offers.stale {
+                return Ok(None);
+            }
+            s = self.await_offer()?;
+            if offer::parse(s).1 != Phase::Offered {
+                self.offers.stale = offer::parse(s).0;
+                return Ok(None);
+            }
+        }
+        // A reader offers only with its ring empty, and nothing was sent
+        // since: the offer finds the ring drained.
+        if self.tx().head.load(Ordering::Acquire) != self.tx_tail {
+            return Ok(None);
+        }
+        let gen = offer::parse(s).0;
+        let words = &self.tx_offer().words;
+        // SYNC POINT: acquire pairs with the reader's release of OFFERED;
+        // while BUSY the reader neither withdraws nor moves the buffer.
+        if words
+            .state
+            .compare_exchange(
+                s,
+                offer::state(gen, Phase::Busy),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let addr = words.addr.load(Ordering::Relaxed);
+        let len = words.len.load(Ordering::Relaxed);
+        if len < payload.len() as u64 {
+            words.state.store(s, Ordering::Release);
+            return Ok(None);
+        }
+        match sys::write_into(pid, payload, addr) {
+            Ok(()) => Ok(Some(gen)),
+            Err(e) => {
+                words
+                    .state
+                    .store(offer::state(gen, Phase::Idle), Ordering::Release);
+                if e.raw_os_error() != Some(libc::EFAULT) {
+                    // No permission (another user, a sandbox): not again.
+                    self.offers.peer_pid = None;
+                }
+                tracing::debug!("rendezvous copy refused ({e}); sending through the ring");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Sender: rings the reader's doorbell if it sleeps.
+    fn kick_reader(&self) {
+        fence(Ordering::SeqCst);
+        if self.tx().reader_sleeping.load(Ordering::Relaxed) != 0 {
+            self.ring_doorbell(&self.tx().reader_sleeping);
+        }
+    }
+
+    /// Reader: sleeps until the offer's state leaves `busy` (the sender
+    /// rings when it has placed), at most a nap.
+    fn await_placed(&mut self, busy: u64) {
+        self.rx().reader_sleeping.store(1, Ordering::Relaxed);
+        // Dekker fence with the sender's PLACED store + flag load.
+        fence(Ordering::SeqCst);
+        if self.rx_offer().words.state.load(Ordering::Acquire) == busy {
+            let nap = std::time::Duration::from_millis(1);
+            let _ = sys::wait_fd(self.sock.as_raw_fd(), Interest::Read, nap);
+        }
+        self.rx().reader_sleeping.store(0, Ordering::Relaxed);
+        self.check_alive();
+    }
+
+    /// Sender: the `Placed` frame of offer `gen` is in the ring.
+    pub(crate) fn placed(&mut self, gen: u64) {
+        // SYNC POINT: release pairs with the reader's acquire in `withdraw`.
+        self.tx_offer()
+            .words
+            .state
+            .store(offer::state(gen, Phase::Placed), Ordering::Release);
+        self.kick_reader();
+    }
+
+    /// Sender: waits up to [`offer::OFFER_WAIT`] for the reader's next
+    /// offer, spinning for the first [`offer::OFFER_SPIN`] of it (a reader
+    /// turns round in a few microseconds); returns the state word last seen.
+    fn await_offer(&mut self) -> io::Result<u64> {
+        let now = std::time::Instant::now();
+        let spin_until = now + offer::OFFER_SPIN;
+        while std::time::Instant::now() < spin_until {
+            let s = self.tx_offer().words.state.load(Ordering::Acquire);
+            if offer::parse(s).1 == Phase::Offered {
+                return Ok(s);
+            }
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
+        let until = now + offer::OFFER_WAIT;
+        loop {
+            self.tx_offer().want.store(1, Ordering::Relaxed);
+            // Dekker fence with the reader's state store + `want` load.
+            fence(Ordering::SeqCst);
+            let s = self.tx_offer().words.state.load(Ordering::Acquire);
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if offer::parse(s).1 == Phase::Offered || left.is_zero() || self.peer_gone {
+                self.tx_offer().want.store(0, Ordering::Relaxed);
+                return Ok(s);
+            }
+            sys::wait_fd(self.sock.as_raw_fd(), Interest::Read, left)?;
+            self.check_alive();
+        }
     }
 
     /// Copies as much of `bufs` as fits into the outgoing ring. Returns the
@@ -430,6 +680,26 @@ impl ByteStream for ShmStream {
     fn take_fd(&mut self) -> Option<OwnedFd> {
         ShmStream::take_fd(self)
     }
+
+    fn offer(&mut self, buf: &mut [u8]) -> bool {
+        ShmStream::offer(self, buf)
+    }
+
+    fn withdraw(&mut self) -> bool {
+        ShmStream::withdraw(self)
+    }
+
+    fn take_placed(&mut self, gen: u64, total: u64) -> bool {
+        ShmStream::take_placed(self, gen, total)
+    }
+
+    fn place(&mut self, payload: &[u8]) -> io::Result<Option<u64>> {
+        ShmStream::place(self, payload)
+    }
+
+    fn placed(&mut self, gen: u64) {
+        ShmStream::placed(self, gen)
+    }
 }
 
 #[cfg(test)]
@@ -513,6 +783,64 @@ mod tests {
         let mut buf = [0u8; 100];
         assert_eq!(b.try_read(&mut buf).unwrap(), 100);
         assert_eq!(a.try_write(&[IoSlice::new(&[2u8; 500])]).unwrap(), 100);
+    }
+
+    #[test]
+    fn an_offered_buffer_takes_the_message_once_and_only_while_offered() {
+        let (mut a, mut b, _d) = pair(4096);
+        let msg: Vec<u8> = (0..100_000u32).map(|i| (i * 13) as u8).collect();
+        // Nothing offered: the sender goes through the ring.
+        assert_eq!(a.place(&msg).unwrap(), None);
+        let mut buf = vec![0u8; 200_000];
+        assert!(b.offer(&mut buf));
+        assert!(!b.offer(&mut buf), "one offer at a time");
+        let gen = a.place(&msg).unwrap().expect("placed");
+        a.placed(gen);
+        assert!(b.withdraw());
+        assert!(!b.take_placed(gen, 200_001), "longer than the buffer");
+        assert!(!b.withdraw(), "withdrawn once");
+        assert_eq!(&buf[..msg.len()], &msg[..]);
+        assert!(buf[msg.len()..].iter().all(|&x| x == 0));
+        // A withdrawn offer is not taken.
+        let mut buf2 = vec![0u8; 200_000];
+        assert!(b.offer(&mut buf2));
+        assert!(!b.withdraw());
+        assert_eq!(a.place(&msg).unwrap(), None);
+        assert!(buf2.iter().all(|&x| x == 0));
+        // An offer too small for the message stays out, untouched.
+        let mut small = vec![0u8; 1000];
+        assert!(b.offer(&mut small));
+        assert_eq!(a.place(&msg).unwrap(), None);
+        assert!(!b.withdraw());
+        assert!(small.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn offers_wait_for_an_empty_ring_and_a_drained_one() {
+        let (mut a, mut b, _d) = pair(4096);
+        a.try_write(&[IoSlice::new(b"unread")]).unwrap();
+        let mut buf = vec![0u8; 100_000];
+        assert!(!b.offer(&mut buf), "bytes wait in the ring");
+        let mut six = [0u8; 6];
+        assert_eq!(b.try_read(&mut six).unwrap(), 6);
+        assert!(b.offer(&mut buf));
+        // The sender wrote after the offer: not drained, not placed.
+        a.try_write(&[IoSlice::new(b"x")]).unwrap();
+        assert_eq!(a.place(&[1u8; 70_000]).unwrap(), None);
+        assert!(!b.withdraw());
+        assert!(buf.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn an_offer_state_no_sender_writes_is_taken_as_declined() {
+        let (_a, mut b, _d) = pair(4096);
+        let mut buf = vec![0u8; 100_000];
+        for garbage in [u64::MAX, 0, offer::state(99, Phase::Placed)] {
+            assert!(b.offer(&mut buf));
+            b.rx_offer().words.state.store(garbage, Ordering::Release);
+            assert!(!b.withdraw(), "{garbage:#x}");
+            assert!(!b.take_placed(99, 10));
+        }
     }
 
     #[test]

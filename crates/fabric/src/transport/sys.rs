@@ -150,3 +150,47 @@ pub(crate) fn fail_fast(fd: RawFd, ms: u32) -> io::Result<()> {
     set_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1)?;
     set_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, (ms / 1000).max(1))
 }
+
+/// The process at the other end of a unix socket, as the kernel recorded
+/// it when the socket was connected; `None` for a process of another user
+/// (or one this process cannot name).
+pub(crate) fn peer_pid(fd: RawFd) -> Option<libc::pid_t> {
+    // SAFETY: ucred is plain data; zeroed is valid.
+    let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    syscall!(getsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_PEERCRED,
+        (&mut c as *mut libc::ucred).cast(),
+        &mut len
+    ))
+    .ok()?;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    (c.pid > 0 && c.uid == uid).then_some(c.pid)
+}
+
+/// Copies `src` into process `pid`'s memory at `addr` (cross-memory
+/// attach), going on where a partial copy stopped.
+pub(crate) fn write_into(pid: libc::pid_t, src: &[u8], addr: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < src.len() {
+        let local = libc::iovec {
+            iov_base: src[done..].as_ptr() as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        // The kernel checks the remote range against the other process's
+        // mappings (EFAULT); this process's side is `src`.
+        let n = syscall!(process_vm_writev(pid, &local, 1, &remote, 1, 0))?;
+        if n <= 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        done += n as usize;
+    }
+    Ok(())
+}

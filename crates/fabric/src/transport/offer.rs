@@ -1,0 +1,152 @@
+//! Rendezvous over shared memory: a reader that sleeps waiting for a
+//! large reliable message offers the sender its own buffer, and the sender
+//! writes the message straight into it with one cross-memory copy
+//! (`process_vm_writev`), so the waiting reader's processor copies nothing
+//! out of the ring.
+//!
+//! ```text
+//!  reader (consumer of the ring)            sender (its producer)
+//!  ring empty, about to sleep:
+//!    addr, len; gen|OFFERED  ─────────►  a message >= PLACE_MIN, ring drained:
+//!    sleeps                               CAS gen|OFFERED -> gen|BUSY
+//!                                         process_vm_writev(reader, addr)
+//!                                         `Placed` frame into the ring
+//!  wakes: CAS gen|OFFERED -> IDLE  ◄────  gen|PLACED
+//!    fails on PLACED: the `Placed` frame
+//!    is next in the ring, the message in
+//!    the buffer
+//! ```
+//!
+//! An offer lives for one sleep of one read and is withdrawn before the
+//! read goes on, so the buffer is the read's own until it returns. A
+//! withdrawal that finds the sender BUSY waits for its one system call. The
+//! sender takes an offer only when the reader has read everything sent
+//! before, so the `Placed` frame is the next thing the reader reads. The
+//! process written to is the one the kernel names as the socket's peer
+//! (and only one of this user), never one named in shared memory. A copy
+//! that fails (no permission, an address the reader does not have) puts
+//! IDLE back and the message goes through the ring; a refusal of
+//! permission turns the path off for the connection.
+
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Smallest message worth a rendezvous. The kernel's cross-memory copy
+/// runs at a third of a user-space copy's speed, and each message costs the
+/// reader a wake-up: measured here, a waiting reader spent more of its
+/// processor per byte on placed messages of 64 and 256 KiB than on copying
+/// them out of the ring, and less than half as much from 1 MB up.
+pub(crate) const PLACE_MIN: usize = 512 * 1024;
+
+/// How long a sender waits for the next offer of a reader that offers
+/// before sending through the ring.
+pub(crate) const OFFER_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Spins of a reader that finds the sender still copying before it sleeps
+/// until the sender rings.
+pub(crate) const BUSY_SPINS: u32 = 1000;
+
+/// How much of [`OFFER_WAIT`] the sender spins before it sleeps.
+pub(crate) const OFFER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// One direction's offer, in the segment beside its ring's counters.
+#[repr(C)]
+pub(crate) struct OfferCtrl {
+    /// Written by the reader (offer, withdraw) and the sender (take,
+    /// place, decline); `addr` and `len` by the reader only.
+    pub(crate) words: CachePadded<OfferWords>,
+    /// The sender waits for an offer: the reader rings when it makes one.
+    pub(crate) want: CachePadded<AtomicU32>,
+}
+
+#[repr(C)]
+pub(crate) struct OfferWords {
+    pub(crate) state: AtomicU64,
+    pub(crate) addr: AtomicU64,
+    pub(crate) len: AtomicU64,
+}
+
+/// Where an offer stands (the low two bits of `state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// None out: withdrawn, declined, or never made.
+    Idle = 0,
+    /// The reader's buffer waits for the next message.
+    Offered = 1,
+    /// The sender is copying into it.
+    Busy = 2,
+    /// The message is in it and its `Placed` frame in the ring.
+    Placed = 3,
+}
+
+/// Offer numbers wrap within the bits above the phase.
+const GEN_MASK: u64 = u64::MAX >> 2;
+
+/// The state word of offer `gen` in `phase`.
+pub(crate) fn state(gen: u64, phase: Phase) -> u64 {
+    ((gen & GEN_MASK) << 2) | phase as u64
+}
+
+/// The offer number and phase of a state word.
+pub(crate) fn parse(s: u64) -> (u64, Phase) {
+    let phase = match s & 3 {
+        0 => Phase::Idle,
+        1 => Phase::Offered,
+        2 => Phase::Busy,
+        _ => Phase::Placed,
+    };
+    (s >> 2, phase)
+}
+
+/// One side's own record of its offers, out of the peer's reach.
+#[derive(Debug, Default)]
+pub(crate) struct Offers {
+    /// Reader: the number of the last offer made.
+    pub(crate) gen: u64,
+    /// Reader: the offer out (its number and the buffer's length).
+    pub(crate) out: Option<(u64, u64)>,
+    /// Reader: an offer withdrawn as placed, whose `Placed` frame is due.
+    pub(crate) placed: Option<(u64, u64)>,
+    /// Sender: the reader's process, while the path is open.
+    pub(crate) peer_pid: Option<libc::pid_t>,
+    /// Sender: the number of the reader's last offer when a wait for its
+    /// next one was in vain (0: it never offered). A large message waits a
+    /// little for an offer only while the reader's offers are newer.
+    pub(crate) stale: u64,
+}
+
+impl Offers {
+    /// Reader: whether a `Placed` frame for offer `gen` of `total` bytes is
+    /// the one a withdrawal found placed, with room for it. Forgets it.
+    pub(crate) fn take_placed(&mut self, gen: u64, total: u64) -> bool {
+        matches!(self.placed.take(), Some((g, len)) if g == gen & GEN_MASK && total <= len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_words_keep_number_and_phase_apart() {
+        for phase in [Phase::Idle, Phase::Offered, Phase::Busy, Phase::Placed] {
+            for gen in [0, 1, 7, GEN_MASK, GEN_MASK + 1] {
+                assert_eq!(parse(state(gen, phase)), (gen & GEN_MASK, phase));
+            }
+        }
+    }
+
+    #[test]
+    fn a_placed_frame_matches_only_its_offer_and_room() {
+        let mut o = Offers {
+            placed: Some((5, 1000)),
+            ..Offers::default()
+        };
+        assert!(!o.take_placed(5, 1001), "longer than the buffer");
+        o.placed = Some((5, 1000));
+        assert!(!o.take_placed(4, 10), "another offer");
+        assert!(!o.take_placed(5, 10), "forgotten after one look");
+        o.placed = Some((5, 1000));
+        assert!(o.take_placed(5, 1000));
+    }
+}

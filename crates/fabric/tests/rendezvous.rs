@@ -1,0 +1,151 @@
+//! Large reliable messages over shared memory to a read that sleeps: the
+//! sender writes them straight into the read's buffer (the rendezvous of
+//! `transport::offer`). They arrive whole and in order, a buffer whose read
+//! has returned is never written to afterwards, and a buffer too small for
+//! the message gets its error with the message kept.
+
+use macrolink_fabric::{
+    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Transport,
+};
+use std::thread;
+use std::time::Duration;
+
+mod common;
+use common::watchdog;
+
+const MIB: usize = 1 << 20;
+
+fn waiting() -> EndpointConfig {
+    EndpointConfig {
+        completion: Completion::Wait,
+        ..EndpointConfig::default()
+    }
+}
+
+/// Message `i` of `len` bytes: no two alike, no two messages alike.
+fn message(i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|j| (j.wrapping_mul(31) ^ (j >> 9) ^ i.wrapping_mul(97)) as u8)
+        .collect()
+}
+
+/// Two nodes of one directory, a waiting reader on node 1 and a writer
+/// on node 2.
+fn pair(dir: &std::path::Path) -> (Node, Node, Endpoint, Endpoint) {
+    let a = Node::start(NodeConfig::local(1, dir)).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir)).unwrap();
+    let rx = a.open(5, waiting()).unwrap();
+    let tx = b.open(6, waiting()).unwrap();
+    (a, b, rx, tx)
+}
+
+#[test]
+fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
+    let _watch = watchdog(120, "placed messages");
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, _b, mut rx, mut tx) = pair(dir.path());
+    let sizes = [MIB, 3 * MIB + 17, 512 << 10, MIB, 100, 2 * MIB, MIB];
+    let sent: Vec<Vec<u8>> = (0..4 * sizes.len())
+        .map(|i| message(i, sizes[i % sizes.len()]))
+        .collect();
+    let t = tx
+        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
+    let writer = {
+        let sent = sent.clone();
+        thread::spawn(move || {
+            // The reader is asleep on its first read by now: its offer is
+            // up when the first message goes.
+            thread::sleep(Duration::from_millis(200));
+            for m in &sent {
+                tx.write(t, m).unwrap();
+            }
+            tx
+        })
+    };
+    let mut got = vec![vec![0u8; 4 * MIB]; sent.len()];
+    for (i, buf) in got.iter_mut().enumerate() {
+        let r = rx.read_timeout(buf, Duration::from_secs(30)).unwrap();
+        assert_eq!(r.expect("a message within 30 s").len, sent[i].len());
+    }
+    let _tx = writer.join().unwrap();
+    for (i, (g, m)) in got.iter().zip(&sent).enumerate() {
+        assert!(g[..m.len()] == m[..], "message {i} arrived whole");
+        assert!(g[m.len()..].iter().all(|&b| b == 0), "and nothing past it");
+    }
+    let st = rx.stats();
+    assert_eq!(st.messages_in, sent.len() as u64);
+    assert!(st.messages_placed >= 1, "none was placed: {st:?}");
+}
+
+#[test]
+fn a_buffer_whose_read_returned_is_not_written_later() {
+    let _watch = watchdog(120, "withdrawn offers");
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, _b, mut rx, mut tx) = pair(dir.path());
+    let t = tx
+        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
+    // One message first, so that the reader knows whom to offer to.
+    tx.write(t, &message(0, MIB)).unwrap();
+    let mut buf = vec![0u8; 2 * MIB];
+    assert_eq!(rx.read(&mut buf).unwrap().len, MIB);
+    // Reads that time out offer their buffers while they sleep.
+    let mut old = vec![0u8; 2 * MIB];
+    for _ in 0..5 {
+        assert!(rx
+            .read_timeout(&mut old, Duration::from_millis(20))
+            .unwrap()
+            .is_none());
+    }
+    // What comes after goes to the buffer of the read that is waiting.
+    let writer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        for i in 1..6 {
+            tx.write(t, &message(i, MIB)).unwrap();
+        }
+        tx
+    });
+    for i in 1..6 {
+        let r = rx.read_timeout(&mut buf, Duration::from_secs(30)).unwrap();
+        assert_eq!(r.expect("a message").len, MIB);
+        assert!(buf[..MIB] == message(i, MIB)[..], "message {i}");
+    }
+    let _tx = writer.join().unwrap();
+    assert!(
+        old.iter().all(|&b| b == 0),
+        "a withdrawn buffer was written"
+    );
+    assert!(rx.stats().messages_placed >= 1, "none was placed");
+}
+
+#[test]
+fn a_read_too_small_for_a_placed_size_gets_its_error_and_the_message_stays() {
+    let _watch = watchdog(120, "a small buffer");
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, _b, mut rx, mut tx) = pair(dir.path());
+    let t = tx
+        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
+    tx.write(t, &message(0, MIB)).unwrap();
+    let mut big = vec![0u8; 4 * MIB];
+    assert_eq!(rx.read(&mut big).unwrap().len, MIB);
+    let writer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(50));
+        tx.write(t, &message(1, 2 * MIB)).unwrap();
+        tx
+    });
+    // The offer of this buffer is too small for the message that comes.
+    let mut small = vec![0u8; MIB];
+    let err = rx
+        .read_timeout(&mut small, Duration::from_secs(30))
+        .expect_err("a read too small for the message");
+    assert!(
+        matches!(err, Error::BufferTooSmall { needed, .. } if needed == 2 * MIB),
+        "{err}"
+    );
+    let r = rx.read_timeout(&mut big, Duration::from_secs(30)).unwrap();
+    assert_eq!(r.expect("the message kept").len, 2 * MIB);
+    assert!(big[..2 * MIB] == message(1, 2 * MIB)[..]);
+    let _tx = writer.join().unwrap();
+}
