@@ -290,7 +290,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     congestion: None,
                     len: Some(len),
                 };
-                opt(run.mb_per_s())
+                opt(run.figures())
             })
             .flatten();
         let ours = bw(
@@ -299,16 +299,32 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             Mode::Reliable,
             Completion::Wait,
             size,
-        )?
-        .mb_per_s;
+        )?;
         rows.push(
             row(
                 &format!("tcp reliable {size} B"),
                 "MB/s",
-                ours,
+                ours.mb_per_s,
                 &format!("iperf3, one stream, -l {len}"),
-                ip,
+                ip.map(|f| f.mb_per_s),
                 Goal::AtLeast(1.0),
+            )
+            .regimes(WAIT, BLOCKING),
+        );
+        // The receiving kernel's copy out of the socket is the floor of a
+        // receiver's CPU over tcp: beside iperf3's receiver, per byte.
+        let per_gb = |cpu: Option<f64>, mb_per_s: Option<f64>| match (cpu, mb_per_s) {
+            (Some(c), Some(r)) if r > 0.0 => Some(c * 1e4 / r),
+            _ => None,
+        };
+        rows.push(
+            row(
+                &format!("tcp reliable {size} B, receiver CPU"),
+                "ms/GB",
+                per_gb(ours.cpu_target, ours.mb_per_s),
+                "iperf3's receiver (the kernel's copy)",
+                ip.and_then(|f| per_gb(f.receiver_cpu, Some(f.mb_per_s))),
+                Goal::Info,
             )
             .regimes(WAIT, BLOCKING),
         );

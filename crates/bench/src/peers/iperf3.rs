@@ -36,9 +36,23 @@ pub struct Run<'a> {
     pub len: Option<usize>,
 }
 
+/// What one run measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Figures {
+    /// Received rate, 10^6 bytes per second.
+    pub mb_per_s: f64,
+    /// The receiving server's CPU, % of one core, as iperf3 reports it.
+    pub receiver_cpu: Option<f64>,
+}
+
 impl Run<'_> {
     /// Runs it; the received rate in 10^6 bytes per second.
     pub fn mb_per_s(&self) -> anyhow::Result<f64> {
+        self.figures().map(|f| f.mb_per_s)
+    }
+
+    /// Runs it; the received rate and the receiver's CPU.
+    pub fn figures(&self) -> anyhow::Result<Figures> {
         let port = self.port.to_string();
         let _server = Server::start(
             command(self.server_ns, TOOL.program).args(["-s", "-1", "-B", self.addr, "-p", &port]),
@@ -57,21 +71,35 @@ impl Run<'_> {
                 ),
             Duration::from_secs(u64::from(self.secs) + 60),
         )?;
-        parse(&out).with_context(|| format!("iperf3 said: {out}"))
+        let figures = parse(&out).map(|mb_per_s| Figures {
+            mb_per_s,
+            receiver_cpu: receiver_cpu(&out),
+        });
+        figures.with_context(|| format!("iperf3 said: {out}"))
     }
+}
+
+/// The JSON document of iperf3's report (`-J`), without whatever iperf3
+/// printed after it.
+fn report(json: &str) -> Option<serde_json::Value> {
+    let start = json.find('{')?;
+    serde_json::Deserializer::from_str(&json[start..])
+        .into_iter()
+        .next()?
+        .ok()
 }
 
 /// The received rate of iperf3's JSON report (`-J`), 10^6 bytes per second.
 pub fn parse(json: &str) -> Option<f64> {
-    // The JSON document, and whatever iperf3 printed after it.
-    let start = json.find('{')?;
-    let v: serde_json::Value = serde_json::Deserializer::from_str(&json[start..])
-        .into_iter()
-        .next()?
-        .ok()?;
-    v["end"]["sum_received"]["bits_per_second"]
+    report(json)?["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .map(|b| b / 8e6)
+}
+
+/// The receiving server's CPU in iperf3's JSON report of a client that
+/// sent (% of one core, user and system).
+pub fn receiver_cpu(json: &str) -> Option<f64> {
+    report(json)?["end"]["cpu_utilization_percent"]["remote_total"].as_f64()
 }
 
 #[cfg(test)]
@@ -83,5 +111,8 @@ mod tests {
         assert_eq!(super::parse(&format!("{j}\niperf3: done\n")), Some(1000.0));
         assert_eq!(super::parse("{}"), None);
         assert_eq!(super::parse("iperf3: error"), None);
+        let c = r#"{"end":{"cpu_utilization_percent":{"host_total":91.5,"remote_total":71.2}}}"#;
+        assert_eq!(super::receiver_cpu(c), Some(71.2));
+        assert_eq!(super::receiver_cpu(j), None);
     }
 }
