@@ -5,7 +5,7 @@
 //! the message gets its error with the message kept.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Transport,
+    Addr, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, Target, Transport,
 };
 use std::thread;
 use std::time::Duration;
@@ -30,27 +30,37 @@ fn message(i: usize, len: usize) -> Vec<u8> {
 }
 
 /// Two nodes of one directory, a waiting reader on node 1 and a writer
-/// on node 2.
-fn pair(dir: &std::path::Path) -> (Node, Node, Endpoint, Endpoint) {
+/// on node 2 with its target, the reader over shared memory.
+fn pair(dir: &std::path::Path) -> (Node, Node, Endpoint, Endpoint, Target) {
     let a = Node::start(NodeConfig::local(1, dir)).unwrap();
     let b = Node::start(NodeConfig::local(2, dir)).unwrap();
     let rx = a.open(5, waiting()).unwrap();
-    let tx = b.open(6, waiting()).unwrap();
-    (a, b, rx, tx)
+    let mut tx = b.open(6, waiting()).unwrap();
+    let t = tx
+        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
+    (a, b, rx, tx, t)
+}
+
+/// As [`pair`], after one large message, so that the reader knows whom to
+/// offer to.
+fn introduced(dir: &std::path::Path) -> (Node, Node, Endpoint, Endpoint, Target) {
+    let (a, b, mut rx, mut tx, t) = pair(dir);
+    tx.write(t, &message(0, MIB)).unwrap();
+    let mut buf = vec![0u8; 2 * MIB];
+    assert_eq!(rx.read(&mut buf).unwrap().len, MIB);
+    (a, b, rx, tx, t)
 }
 
 #[test]
 fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
     let _watch = watchdog(120, "placed messages");
     let dir = tempfile::tempdir().unwrap();
-    let (_a, _b, mut rx, mut tx) = pair(dir.path());
+    let (_a, _b, mut rx, mut tx, t) = pair(dir.path());
     let sizes = [MIB, 3 * MIB + 17, 512 << 10, MIB, 100, 2 * MIB, MIB];
     let sent: Vec<Vec<u8>> = (0..4 * sizes.len())
         .map(|i| message(i, sizes[i % sizes.len()]))
         .collect();
-    let t = tx
-        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
-        .unwrap();
     let writer = {
         let sent = sent.clone();
         thread::spawn(move || {
@@ -82,14 +92,8 @@ fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
 fn a_buffer_whose_read_returned_is_not_written_later() {
     let _watch = watchdog(120, "withdrawn offers");
     let dir = tempfile::tempdir().unwrap();
-    let (_a, _b, mut rx, mut tx) = pair(dir.path());
-    let t = tx
-        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
-        .unwrap();
-    // One message first, so that the reader knows whom to offer to.
-    tx.write(t, &message(0, MIB)).unwrap();
+    let (_a, _b, mut rx, mut tx, t) = introduced(dir.path());
     let mut buf = vec![0u8; 2 * MIB];
-    assert_eq!(rx.read(&mut buf).unwrap().len, MIB);
     // Reads that time out offer their buffers while they sleep.
     let mut old = vec![0u8; 2 * MIB];
     for _ in 0..5 {
@@ -123,13 +127,8 @@ fn a_buffer_whose_read_returned_is_not_written_later() {
 fn a_read_too_small_for_a_placed_size_gets_its_error_and_the_message_stays() {
     let _watch = watchdog(120, "a small buffer");
     let dir = tempfile::tempdir().unwrap();
-    let (_a, _b, mut rx, mut tx) = pair(dir.path());
-    let t = tx
-        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Shm)
-        .unwrap();
-    tx.write(t, &message(0, MIB)).unwrap();
+    let (_a, _b, mut rx, mut tx, t) = introduced(dir.path());
     let mut big = vec![0u8; 4 * MIB];
-    assert_eq!(rx.read(&mut big).unwrap().len, MIB);
     let writer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(50));
         tx.write(t, &message(1, 2 * MIB)).unwrap();
