@@ -996,6 +996,8 @@ impl Endpoint {
                 offered = Some(i);
             }
         }
+        // A failed `poll` is reported after the offer is withdrawn.
+        let mut polled = Ok(0);
         if armed {
             self.pollfds.clear();
             self.pollfds
@@ -1018,7 +1020,9 @@ impl Endpoint {
                 Deadline::At(t) => t.saturating_duration_since(Instant::now()).min(NAP),
                 _ => NAP,
             };
-            sys::poll(&mut self.pollfds, Some(timeout))?;
+            polled = sys::poll(&mut self.pollfds, Some(timeout));
+        }
+        if armed && polled.is_ok() {
             // The inbox's wake-up and the UDP socket come first; a system
             // call each only when they stirred.
             if self.pollfds[0].revents != 0 {
@@ -1042,22 +1046,21 @@ impl Endpoint {
                 c.link.disarm();
             }
         }
-        let Some(i) = offered else {
-            return Ok(None);
-        };
-        let Some(conn) = self.slots[i].conn.as_mut() else {
-            return Ok(None);
-        };
-        if !conn.link.withdraw() {
-            return Ok(None);
+        let placed = offered.filter(|&i| {
+            let conn = self.slots[i].conn.as_mut();
+            conn.is_some_and(|c| c.link.withdraw())
+        });
+        if let Some(i) = placed {
+            // The message is in the buffer and its notice next on the
+            // connection: nothing else may be read into the buffer first.
+            let conn = self.slots[i].conn.as_mut().expect("withdrawn above");
+            match conn.link.progress(&mut self.core, user) {
+                Step::Delivered(r) => return Ok(Some(r)),
+                Step::Lost(reason) => self.lose(i, reason),
+                _ => self.lose(i, "a message placed without its notice".into()),
+            }
         }
-        // The message is in the buffer and its notice next on the
-        // connection: nothing else may be read into the buffer first.
-        match conn.link.progress(&mut self.core, user) {
-            Step::Delivered(r) => return Ok(Some(r)),
-            Step::Lost(reason) => self.lose(i, reason),
-            _ => self.lose(i, "a message placed without its notice".into()),
-        }
+        polled?;
         Ok(None)
     }
 }
