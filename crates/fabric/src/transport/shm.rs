@@ -595,13 +595,20 @@ impl ShmStream {
                     self.peer_gone = true;
                     return;
                 }
-                Ok(Some((_, fd))) => {
-                    if let Some(fd) = fd {
-                        if self.fds.len() == MAX_FDS {
-                            self.fds.pop_front();
+                Ok(Some((n, fd))) => {
+                    let Some(fd) = fd else {
+                        // A stream socket's read takes all that is there
+                        // (it stops early only after descriptors): a short
+                        // one emptied it, without a system call to hear so.
+                        if n < buf.len() {
+                            return;
                         }
-                        self.fds.push_back(fd);
+                        continue;
+                    };
+                    if self.fds.len() == MAX_FDS {
+                        self.fds.pop_front();
                     }
+                    self.fds.push_back(fd);
                 }
                 Ok(None) => return,
             }
