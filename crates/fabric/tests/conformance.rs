@@ -68,7 +68,19 @@ impl Kind {
     /// A node of this kind, or `None` where UCX is missing (and need not
     /// be there).
     fn node(self, id: u32, dir: &std::path::Path) -> Option<Node> {
-        let started = Node::start(self.config(id, dir));
+        self.node_with(id, dir, |_| {})
+    }
+
+    /// As [`node`](Self::node), its configuration changed by `f` first.
+    fn node_with(
+        self,
+        id: u32,
+        dir: &std::path::Path,
+        f: impl FnOnce(&mut NodeConfig),
+    ) -> Option<Node> {
+        let mut c = self.config(id, dir);
+        f(&mut c);
+        let started = Node::start(c);
         if self.tls.is_some() {
             require::ucx(started)
         } else {
@@ -87,9 +99,14 @@ struct Pair {
 
 impl Pair {
     fn new(kind: Kind) -> Option<Pair> {
+        Pair::with(kind, |_| {})
+    }
+
+    /// As [`new`](Self::new), both nodes configured by `f`.
+    fn with(kind: Kind, f: impl Fn(&mut NodeConfig)) -> Option<Pair> {
         let dir = tempfile::tempdir().unwrap();
-        let a = kind.node(1, dir.path())?;
-        let b = kind.node(2, dir.path())?;
+        let a = kind.node_with(1, dir.path(), &f)?;
+        let b = kind.node_with(2, dir.path(), &f)?;
         a.add_peer(2, b.tcp_addr().unwrap());
         b.add_peer(1, a.tcp_addr().unwrap());
         Some(Pair {
@@ -208,6 +225,55 @@ fn order(kind: Kind) {
         assert_eq!(s.len(), seen.len(), "a datagram arrived twice");
         assert!(!seen.is_empty() && s.iter().all(|&i| i < N));
     }
+}
+
+/// Two endpoints write to each other at once through the smallest rings,
+/// each reading what has come between its writes: writers wait for room
+/// while the other side's reads free it, and every message arrives, in
+/// order and intact, both ways.
+fn both_ways(kind: Kind, completion: Completion) {
+    const N: u64 = 20_000;
+    if !kind.caps().reliable {
+        return;
+    }
+    let Some(p) = Pair::with(kind, |c| c.shm_ring = 4096) else {
+        return;
+    };
+    let mut a = p.a.open(5, cfg(completion)).unwrap();
+    let mut b = p.b.open(5, cfg(completion)).unwrap();
+    let ta = p.target(&mut a, Addr::new(2, 5), Mode::Reliable);
+    let tb = p.target(&mut b, Addr::new(1, 5), Mode::Reliable);
+    let side = |mut e: Endpoint, t: Target, me: u64| {
+        thread::spawn(move || {
+            let msg = |i: u64, from: u64| {
+                let mut m = i.to_le_bytes().to_vec();
+                m.extend_from_slice(&pattern((i * 37 % 900) as usize, i ^ from << 32));
+                m
+            };
+            let mut buf = vec![0u8; 4096];
+            let mut next = 0u64;
+            let check = |n: usize, buf: &[u8], next: &mut u64| {
+                assert_eq!(&buf[..n], &msg(*next, 1 - me)[..], "message {next} intact");
+                *next += 1;
+            };
+            for i in 0..N {
+                e.write(t, &msg(i, me)).unwrap();
+                while let Some(r) = e.try_read(&mut buf).unwrap() {
+                    check(r.len, &buf, &mut next);
+                }
+            }
+            while next < N {
+                let n = read_within(&mut e, &mut buf, Duration::from_secs(20))
+                    .unwrap_or_else(|| panic!("message {next} of {N} never came"));
+                check(n, &buf, &mut next);
+            }
+            e
+        })
+    };
+    let ha = side(a, ta, 0);
+    let hb = side(b, tb, 1);
+    ha.join().unwrap();
+    hb.join().unwrap();
 }
 
 fn many(kind: Kind) {
@@ -771,6 +837,16 @@ macro_rules! suite {
             #[test]
             fn order_holds_over_10000_messages() {
                 order(KIND)
+            }
+
+            #[test]
+            fn both_ways_at_once_polling() {
+                both_ways(KIND, Completion::Poll)
+            }
+
+            #[test]
+            fn both_ways_at_once_waiting() {
+                both_ways(KIND, Completion::Wait)
             }
 
             #[test]

@@ -113,7 +113,18 @@ impl<S: ByteStream> Framed<S> {
     }
 
     /// Reads what has arrived. `user` is the buffer of a waiting read, if any.
-    fn receive(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Step {
+    fn receive(&mut self, core: &mut Core, user: Option<&mut [u8]>) -> Step {
+        let step = self.receive_pass(core, user);
+        // After a delivery the application reads again, and that pass (or
+        // a wait) publishes the room: in a stream of small messages the
+        // writer hears of it once in many, not after each.
+        if !matches!(step, Step::Delivered(_)) {
+            self.stream.read_done();
+        }
+        step
+    }
+
+    fn receive_pass(&mut self, core: &mut Core, mut user: Option<&mut [u8]>) -> Step {
         let mut moved = false;
         loop {
             let h = match self.rx.header(&mut self.stream) {
@@ -450,6 +461,8 @@ impl<S: ByteStream> Framed<S> {
     /// of the reader's buffer `user` (see [`hold`](Self::hold)). Otherwise
     /// the step to return.
     fn await_direct(&mut self, completion: Completion, user: Option<&[u8]>) -> Option<Step> {
+        // The writer may wait for the room this pass's reads left.
+        self.stream.read_done();
         let now = Instant::now();
         let since = *self.stalled.get_or_insert(now);
         let Some(left) = HOLD.checked_sub(now - since).filter(|d| !d.is_zero()) else {

@@ -109,6 +109,8 @@ pub(crate) struct ShmStream {
     /// Consumer's own copy of its head, and the last tail it read.
     rx_head: u64,
     rx_tail_seen: u64,
+    /// The head as the producer last saw it published.
+    rx_published: u64,
     /// Offers for the outgoing ring (the peer's, taken here) and the
     /// incoming one (ours).
     tx_offer: *const OfferCtrl,
@@ -197,6 +199,7 @@ impl ShmStream {
             tx_head_seen: 0,
             rx_head: 0,
             rx_tail_seen: 0,
+            rx_published: 0,
             sock,
             peer_gone: false,
             fds: VecDeque::new(),
@@ -234,6 +237,8 @@ impl ShmStream {
         if self.rx().tail.load(Ordering::Acquire) != self.rx_head {
             return false;
         }
+        // The sender places only into a drained ring: it must see so.
+        self.publish_head();
         self.offers.gen = self.offers.gen.wrapping_add(1);
         let gen = self.offers.gen;
         let o = self.rx_offer();
@@ -533,14 +538,32 @@ impl ShmStream {
             std::ptr::copy_nonoverlapping(self.rx_data, dst.as_mut_ptr().add(first), n - first);
         }
         self.rx_head += n as u64;
+        // A frame's header and payload are two reads, and a stream of small
+        // frames many: the head is published when the reader has caught up
+        // with the tail it saw, or has read a quarter of the ring since it
+        // last did, and at the latest when a pass of reads is done
+        // (`read_done`) or before the reader waits.
+        if self.rx_head == self.rx_tail_seen || self.rx_head - self.rx_published >= self.cap / 4 {
+            self.publish_head();
+        }
+        Ok(n)
+    }
+
+    /// Reader: tells the writer how far it has read, and wakes it if it
+    /// waits for room. Nothing when nothing was read since it last did.
+    pub(crate) fn publish_head(&mut self) {
+        if self.rx_published == self.rx_head {
+            return;
+        }
+        self.rx_published = self.rx_head;
         // SYNC POINT: release pairs with the producer's acquire of `head`: we
         // are done reading these bytes before it may overwrite them.
         self.rx().head.store(self.rx_head, Ordering::Release);
+        // Dekker fence with the producer's `writer_waiting` store + head load.
         fence(Ordering::SeqCst);
         if self.rx().writer_waiting.load(Ordering::Relaxed) != 0 {
             self.ring_doorbell(&self.rx().writer_waiting);
         }
-        Ok(n)
     }
 
     fn ring_doorbell(&self, flag: &AtomicU32) {
@@ -554,6 +577,7 @@ impl ShmStream {
     /// Readies a sleep until data arrives. Returns false when there is data
     /// already (do not sleep).
     pub(crate) fn arm_read(&mut self) -> bool {
+        self.publish_head();
         self.rx().reader_sleeping.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let empty = self.rx().tail.load(Ordering::Acquire) == self.rx_head;
@@ -588,6 +612,7 @@ impl ShmStream {
     /// Reads doorbells (and descriptors) off the socket; EOF or reset
     /// marks the peer gone.
     pub(crate) fn check_alive(&mut self) {
+        self.publish_head();
         let mut buf = [0u8; 64];
         loop {
             match memfd::recv_with_fd(&self.sock, &mut buf) {
@@ -653,6 +678,10 @@ impl ByteStream for ShmStream {
 
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         ShmStream::try_read(self, dst)
+    }
+
+    fn read_done(&mut self) {
+        self.publish_head()
     }
 
     fn raw_fd(&self) -> RawFd {
@@ -734,6 +763,7 @@ mod tests {
             while off < chunk.len() {
                 off += a.try_write(&[IoSlice::new(&chunk[off..])]).unwrap();
                 let n = b.try_read(&mut buf).unwrap();
+                b.read_done();
                 got.extend_from_slice(&buf[..n]);
             }
             expect.extend_from_slice(&chunk);
@@ -789,7 +819,35 @@ mod tests {
         assert_eq!(a.try_write(&[IoSlice::new(&[1u8; 1])]).unwrap(), 0);
         let mut buf = [0u8; 100];
         assert_eq!(b.try_read(&mut buf).unwrap(), 100);
+        assert_eq!(
+            a.try_write(&[IoSlice::new(&[2u8; 500])]).unwrap(),
+            0,
+            "the room a pass of reads leaves shows when the pass is done"
+        );
+        b.read_done();
         assert_eq!(a.try_write(&[IoSlice::new(&[2u8; 500])]).unwrap(), 100);
+        // Within a long pass the room shows every quarter of the ring.
+        let mut quarter = [0u8; 1024];
+        assert_eq!(b.try_read(&mut quarter).unwrap(), 1024);
+        assert_eq!(a.try_write(&[IoSlice::new(&[3u8; 2000])]).unwrap(), 1024);
+    }
+
+    #[test]
+    fn a_writer_waiting_for_room_is_woken_when_the_pass_is_done() {
+        let (mut a, mut b, _d) = pair(4096);
+        assert_eq!(a.try_write(&[IoSlice::new(&[1u8; 4096])]).unwrap(), 4096);
+        assert!(a.arm_write(100), "no room: the writer may sleep");
+        let mut buf = [0u8; 200];
+        assert_eq!(b.try_read(&mut buf).unwrap(), 200);
+        b.read_done();
+        sys::wait_fd(
+            a.raw_fd(),
+            sys::Interest::Read,
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        a.disarm();
+        assert_eq!(a.try_write(&[IoSlice::new(&[2u8; 300])]).unwrap(), 200);
     }
 
     #[test]
