@@ -172,8 +172,9 @@ impl Gateways {
 /// bytes of the chunk (the same bytes each time it is asked).
 pub type Reader<'a> = dyn FnMut(Chunk, &mut [u8]) -> std::io::Result<()> + 'a;
 
-/// What the sender hears while a transfer goes on: chunks acknowledged and
-/// in all. Returning `false` cancels the transfer.
+/// What the sender hears while a transfer goes on, on every pass of its
+/// loop (about every millisecond): chunks acknowledged and in all.
+/// Returning `false` cancels the transfer.
 pub type Progress<'a> = dyn FnMut(u64, u64) -> bool + 'a;
 
 /// Sends `data` as transfer `transfer` to `storage` through `gateways`, then
@@ -385,9 +386,6 @@ pub fn stripe(
                     acked += 1;
                     longest = longest.max(now - last_ack);
                     last_ack = now;
-                    if !progress(acked, striper.chunks()) {
-                        return Err(Error::Timeout);
-                    }
                 }
                 _ => {}
             },
@@ -398,6 +396,12 @@ pub fn stripe(
                 }
             }
             Err(e) => return Err(e),
+        }
+        // Asked every pass, not on acknowledgements only: a transfer
+        // cancelled while none come (its receiver failed) ends now, not
+        // when patience runs out.
+        if !progress(acked, striper.chunks()) {
+            return Err(Error::Timeout);
         }
         if cfg.patience > 0 && clock_ns().saturating_sub(last_ack) > cfg.patience {
             tracing::warn!(
