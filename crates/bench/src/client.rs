@@ -3,7 +3,9 @@
 
 use macrolink_fabric::{
     Addr, Completion, Endpoint, Error, IoBuf, Mode, Node, RegionKey, Result, Target, Transport,
+    DEFAULT_RING,
 };
+use macrolink_wire::HEADER_LEN;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,25 @@ pub struct Client {
     buf: IoBuf,
     mtu: usize,
 }
+
+/// Untimed iterations before a latency run, as the peers make theirs
+/// (`ucx_perftest` 10,000 by default, sockperf its warm-up messages): up
+/// to 10,000 or 64 MiB, whichever is less, and over shared memory at least
+/// one lap of the ring, whose pages are touched for the first time in the
+/// first lap (a page fault every 64 messages of 8 bytes); at most 100,000.
+pub fn warm_up(transport: Transport, size: usize) -> u64 {
+    let frame = (size + HEADER_LEN) as u64;
+    let lap = match transport {
+        Transport::Shm => (DEFAULT_RING as u64).div_ceil(frame),
+        _ => 0,
+    };
+    lap.max(WARM_UP.min(WARM_UP_BYTES / frame)).min(100_000)
+}
+
+/// `ucx_perftest`'s warm-up iterations.
+const WARM_UP: u64 = 10_000;
+/// At most this many bytes each way in a warm-up of large messages.
+const WARM_UP_BYTES: u64 = 64 << 20;
 
 fn pct(cpu: u64, wall: u64) -> f64 {
     if wall == 0 {
@@ -233,13 +254,14 @@ impl Client {
         count: u64,
     ) -> Result<LatRow> {
         let t = self.data_target(transport, mode)?;
+        let warm = warm_up(transport, size);
         self.start(Start {
             test,
             mode,
             transport,
             completion,
             size: size as u64,
-            count,
+            count: count + warm,
         })?;
         if transport == Transport::Udp {
             // Lets the target learn our datagram address before it answers.
@@ -248,27 +270,18 @@ impl Client {
         let out = vec![0x3cu8; size];
         let per = if test == Test::Exchange { 2 } else { 1 };
         let mut samples = Vec::with_capacity(count as usize);
-        let mark = Mark::now();
-        // One clock read an iteration (its end is the next one's start) and
-        // one deadline for the run: what is timed is the fabric, as
+        // One deadline for the run: what is timed is the fabric, as
         // ucx_perftest and sockperf time theirs.
-        let deadline = Instant::now() + PATIENCE + Duration::from_micros(count.saturating_mul(100));
+        let deadline =
+            Instant::now() + PATIENCE + Duration::from_micros((count + warm).saturating_mul(100));
+        for _ in 0..warm {
+            self.iteration(test, t, &out, per, deadline)?;
+        }
+        let mark = Mark::now();
+        // One clock read an iteration: its end is the next one's start.
         let mut t0 = clock_ns();
         for _ in 0..count {
-            match test {
-                Test::PingPong => {
-                    self.data.write(t, &out)?;
-                    self.recv_by(deadline)?;
-                }
-                _ => {
-                    for _ in 0..per {
-                        self.data.write(t, &out)?;
-                    }
-                    for _ in 0..per {
-                        self.recv_by(deadline)?;
-                    }
-                }
-            }
+            self.iteration(test, t, &out, per, deadline)?;
             let t1 = clock_ns();
             let dt = (t1 - t0) as f64 / 1e3;
             t0 = t1;
@@ -301,6 +314,32 @@ impl Client {
             cpu_initiator: pct(cpu, wall),
             cpu_target: pct(done.cpu_ns, done.wall_ns),
         })
+    }
+
+    /// One iteration of a latency pattern: `per` messages out and back.
+    fn iteration(
+        &mut self,
+        test: Test,
+        t: Target,
+        out: &[u8],
+        per: usize,
+        deadline: Instant,
+    ) -> Result<()> {
+        match test {
+            Test::PingPong => {
+                self.data.write(t, out)?;
+                self.recv_by(deadline)
+            }
+            _ => {
+                for _ in 0..per {
+                    self.data.write(t, out)?;
+                }
+                for _ in 0..per {
+                    self.recv_by(deadline)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     fn recv(&mut self) -> Result<()> {
@@ -497,5 +536,33 @@ pub fn test_name(t: Test) -> &'static str {
         Test::OneWay => "oneway",
         Test::Breakdown => "breakdown",
         Test::Quit => "quit",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warm_up_goes_once_round_the_ring_and_stays_within_its_bounds() {
+        // Over shared memory, small messages: at least one lap of the ring.
+        for size in [0, 8, 64, 1000] {
+            let w = warm_up(Transport::Shm, size);
+            assert!(
+                w * (size + HEADER_LEN) as u64 >= DEFAULT_RING as u64,
+                "{size} B: {w}"
+            );
+            assert!(w <= 100_000);
+        }
+        // Elsewhere ucx_perftest's count, or less for large messages.
+        assert_eq!(warm_up(Transport::Tcp, 8), WARM_UP);
+        assert_eq!(warm_up(Transport::Udp, 64), WARM_UP);
+        let w = warm_up(Transport::Tcp, 1_000_000);
+        assert!(w >= 1 && w * 1_000_056 <= WARM_UP_BYTES, "{w}");
+        // Large messages over shared memory: the byte bound, beyond a lap.
+        assert_eq!(
+            warm_up(Transport::Shm, 1_000_000),
+            warm_up(Transport::Tcp, 1_000_000)
+        );
     }
 }
