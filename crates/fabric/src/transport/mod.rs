@@ -122,8 +122,8 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// Takes as many bytes of `bufs` as it can without blocking.
     fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     /// Reads what is there without blocking; `Ok(0)` means nothing now, end
-    /// of stream is an error. The room the bytes read leave may reach the
-    /// writer only at [`read_done`](Self::read_done).
+    /// of stream is an error. The room the bytes read leave reaches the
+    /// writer at [`read_done`](Self::read_done) at the latest.
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize>;
     /// Ends a pass of reads (a frame's header and payload are two): the
     /// writer sees the room they left. Called before any wait.
