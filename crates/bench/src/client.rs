@@ -54,7 +54,8 @@ pub struct Client {
 /// (`ucx_perftest` 10,000 by default, sockperf its warm-up messages): up
 /// to 10,000 or 64 MiB, whichever is less, and over shared memory at least
 /// one lap of the ring, whose pages are touched for the first time in the
-/// first lap (a page fault every 64 messages of 8 bytes); at most 100,000.
+/// first lap (a page fault every 64 messages of 8 bytes); at most 100,000,
+/// and (in [`Client::latency`]) at most 0.2 s.
 pub fn warm_up(transport: Transport, size: usize) -> u64 {
     let frame = (size + HEADER_LEN) as u64;
     let lap = match transport {
@@ -66,6 +67,10 @@ pub fn warm_up(transport: Transport, size: usize) -> u64 {
 
 /// `ucx_perftest`'s warm-up iterations.
 const WARM_UP: u64 = 10_000;
+/// At most this long a warm-up, in nanoseconds.
+const WARM_UP_TIME: u64 = 200_000_000;
+/// Iterations that time one before the warm-up.
+const PROBE: u64 = 16;
 /// At most this many bytes each way in a warm-up of large messages.
 const WARM_UP_BYTES: u64 = 64 << 20;
 
@@ -254,21 +259,25 @@ impl Client {
         count: u64,
     ) -> Result<LatRow> {
         let t = self.data_target(transport, mode)?;
-        let warm = warm_up(transport, size);
-        self.start(Start {
+        let out = vec![0x3cu8; size];
+        let per = if test == Test::Exchange { 2 } else { 1 };
+        let run = |count| Start {
             test,
             mode,
             transport,
             completion,
             size: size as u64,
-            count: count + warm,
-        })?;
+            count,
+        };
+        // A few iterations first give the round trip, which bounds the
+        // warm-up's time (a long link takes milliseconds an iteration).
+        let each = self.probe(run(PROBE), t, &out, per)?;
+        let warm = warm_up(transport, size).min(WARM_UP_TIME / each.max(1));
+        self.start(run(count + warm))?;
         if transport == Transport::Udp {
             // Lets the target learn our datagram address before it answers.
             self.data.write(t, b"sync")?;
         }
-        let out = vec![0x3cu8; size];
-        let per = if test == Test::Exchange { 2 } else { 1 };
         let mut samples = Vec::with_capacity(count as usize);
         // One deadline for the run: what is timed is the fabric, as
         // ucx_perftest and sockperf time theirs.
@@ -314,6 +323,22 @@ impl Client {
             cpu_initiator: pct(cpu, wall),
             cpu_target: pct(done.cpu_ns, done.wall_ns),
         })
+    }
+
+    /// Runs `s.count` untimed iterations; returns nanoseconds an iteration.
+    fn probe(&mut self, s: Start, t: Target, out: &[u8], per: usize) -> Result<u64> {
+        self.start(s)?;
+        if s.transport == Transport::Udp {
+            self.data.write(t, b"sync")?;
+        }
+        let deadline = Instant::now() + PATIENCE;
+        let t0 = clock_ns();
+        for _ in 0..s.count {
+            self.iteration(s.test, t, out, per, deadline)?;
+        }
+        let each = (clock_ns() - t0) / s.count.max(1);
+        self.done()?;
+        Ok(each)
     }
 
     /// One iteration of a latency pattern: `per` messages out and back.
