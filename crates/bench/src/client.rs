@@ -133,6 +133,15 @@ impl Client {
         Done::decode(&b[..r.len]).map_err(|e| Error::Io(std::io::Error::other(e)))
     }
 
+    /// Over udp, lets the target learn our datagram address before it
+    /// answers (it reads this first in every answered run).
+    fn sync(&mut self, t: Target, transport: Transport) -> Result<()> {
+        if transport == Transport::Udp {
+            self.data.write(t, b"sync")?;
+        }
+        Ok(())
+    }
+
     fn data_target(&mut self, transport: Transport, mode: Mode) -> Result<Target> {
         self.data
             .target_via(Addr::new(self.server, DATA_EP), mode, transport)
@@ -274,10 +283,7 @@ impl Client {
         let each = self.probe(run(PROBE), t, &out, per)?;
         let warm = warm_up(transport, size).min(WARM_UP_TIME / each.max(1));
         self.start(run(count + warm))?;
-        if transport == Transport::Udp {
-            // Lets the target learn our datagram address before it answers.
-            self.data.write(t, b"sync")?;
-        }
+        self.sync(t, transport)?;
         let mut samples = Vec::with_capacity(count as usize);
         // One deadline for the run: what is timed is the fabric, as
         // ucx_perftest and sockperf time theirs.
@@ -384,15 +390,17 @@ impl Client {
     /// Estimates the target's clock offset: (offset, error bound) in
     /// nanoseconds, from the exchange with the smallest round trip.
     pub fn clock_offset(&mut self, transport: Transport, probes: u64) -> Result<(f64, f64)> {
-        let t = self.data_target(transport, Mode::Reliable)?;
+        let mode = answered_mode(transport);
+        let t = self.data_target(transport, mode)?;
         self.start(Start {
             test: Test::Clock,
-            mode: Mode::Reliable,
+            mode,
             transport,
             completion: Completion::Poll,
             size: 8,
             count: probes,
         })?;
+        self.sync(t, transport)?;
         let mut best = (f64::MAX, 0.0);
         for _ in 0..probes {
             let t0 = clock_ns();
@@ -486,15 +494,23 @@ impl Client {
         size: usize,
         count: u64,
     ) -> Result<(Vec<u64>, Done)> {
-        let t = self.data_target(transport, Mode::Reliable)?;
+        let mode = answered_mode(transport);
+        if mode == Mode::Datagram && size > self.mtu {
+            return Err(Error::TooLarge {
+                len: size,
+                mtu: self.mtu,
+            });
+        }
+        let t = self.data_target(transport, mode)?;
         self.start(Start {
             test,
-            mode: Mode::Reliable,
+            mode,
             transport,
             completion: Completion::Poll,
             size: size as u64,
             count,
         })?;
+        self.sync(t, transport)?;
         let out = vec![0x77u8; size];
         let mut stamps = Vec::with_capacity(3 * count as usize);
         for _ in 0..count {
@@ -524,6 +540,16 @@ impl Client {
             count: 0,
         };
         self.ctl.write(t, &s.encode())
+    }
+}
+
+/// The mode of runs whose every message is answered: reliable, except over
+/// udp, which carries datagrams only.
+fn answered_mode(transport: Transport) -> Mode {
+    if transport == Transport::Udp {
+        Mode::Datagram
+    } else {
+        Mode::Reliable
     }
 }
 

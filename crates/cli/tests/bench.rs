@@ -225,6 +225,8 @@ fn oneway_and_breakdown_add_up() {
     let table = run(&[
         "bench",
         "breakdown",
+        "--transport",
+        "shm,tcp,udp",
         "--count",
         "50",
         "--json",
@@ -232,7 +234,11 @@ fn oneway_and_breakdown_add_up() {
     ]);
     assert!(table.contains("T_startup") && table.contains("T_delivery"));
     let rows = json(&b);
-    assert_eq!(rows.len(), 4, "shm and tcp, 1 B and 1500 B");
+    assert_eq!(
+        rows.len(),
+        6,
+        "shm, tcp and udp (datagrams), 1 B and 1500 B"
+    );
     for r in &rows {
         let parts: f64 = ["startup", "send", "net", "delivery"]
             .iter()

@@ -278,6 +278,38 @@ fn a_bound_endpoint_hears_only_its_session() {
     );
     assert!(srv.stats().strangers >= 5, "{:?}", srv.stats());
     assert_eq!(srv.stats().bad_frames, 0);
+    // The session's own datagrams are heard, before and after a stranger's.
+    let mine = cli
+        .target_via(srv.addr(), Mode::Datagram, Transport::Udp)
+        .unwrap();
+    let strangers = srv.stats().strangers;
+    for (i, m) in [&b"first"[..], b"second"].into_iter().enumerate() {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            cli.write(mine, m).unwrap();
+            if i == 1 {
+                dg.write(t, b"y").unwrap();
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no datagram of the session"
+            );
+            if let Some(r) = srv
+                .read_timeout(&mut buf, Duration::from_millis(100))
+                .unwrap()
+            {
+                break r;
+            }
+        };
+        assert_eq!((got.from, &buf[..got.len]), (cli.addr(), m));
+        // Later copies (a datagram may have been sent twice) are drained.
+        while srv
+            .read_timeout(&mut buf, Duration::from_millis(50))
+            .unwrap()
+            .is_some()
+        {}
+    }
+    assert!(srv.stats().strangers > strangers, "{:?}", srv.stats());
 }
 
 /// A hand-made shared-memory connection to endpoint 5 of the node whose

@@ -703,6 +703,9 @@ impl Endpoint {
         self.look_again();
         let moved = self.progress_all(None)?;
         self.flush_ctrl();
+        if moved {
+            self.idle_spins = 0;
+        }
         Ok(moved)
     }
 
@@ -763,7 +766,9 @@ impl Endpoint {
         }
     }
 
+    /// A read returns a message: the next idle passes spin flat out again.
     fn delivered(&mut self) {
+        self.idle_spins = 0;
         if self.core.probe {
             self.core.timings.read_delivered = sys::clock_ns();
         }

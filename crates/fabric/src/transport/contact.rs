@@ -96,6 +96,10 @@ pub(crate) struct Incoming {
     pub(crate) link: Dialled,
 }
 
+/// `Inbox::session_node` of an endpoint bound to no session (node ids are
+/// `u32`).
+const UNBOUND: u64 = u64::MAX;
+
 /// Where the node's acceptors leave new connections of one endpoint.
 #[derive(Debug)]
 pub(crate) struct Inbox {
@@ -108,6 +112,9 @@ pub(crate) struct Inbox {
     /// The one peer node (and the session token) the endpoint hears, if
     /// bound.
     session: Mutex<Option<(u32, u64)>>,
+    /// The node of `session` (`UNBOUND` when none): what a datagram is
+    /// checked against, one atomic load rather than a lock per datagram.
+    session_node: AtomicU64,
     /// Connections and frames refused because they were of another session.
     pub(crate) strangers: AtomicU64,
 }
@@ -121,13 +128,16 @@ impl Inbox {
             udp_port,
             ucx,
             session: Mutex::new(None),
+            session_node: AtomicU64::new(UNBOUND),
             strangers: AtomicU64::new(0),
         })
     }
 
     /// Binds the endpoint to one peer node and session token.
     pub(crate) fn bind(&self, node: u32, token: u64) {
-        *lock(&self.session) = Some((node, token));
+        let mut session = lock(&self.session);
+        *session = Some((node, token));
+        self.session_node.store(u64::from(node), Ordering::Release);
     }
 
     /// The session token outgoing hellos carry (0 when unbound).
@@ -139,9 +149,15 @@ impl Inbox {
     /// `peer`, with `None`) is of the endpoint's session (always, when it is
     /// not bound); counts the ones that are not.
     pub(crate) fn admits(&self, peer: Addr, token: Option<u64>) -> bool {
-        let ok = match *lock(&self.session) {
-            None => true,
-            Some((n, t)) => n == peer.node && token.is_none_or(|x| x == t),
+        let ok = match token {
+            None => match self.session_node.load(Ordering::Acquire) {
+                UNBOUND => true,
+                n => n == u64::from(peer.node),
+            },
+            Some(x) => match *lock(&self.session) {
+                None => true,
+                Some((n, t)) => n == peer.node && x == t,
+            },
         };
         if !ok {
             self.strangers.fetch_add(1, Ordering::Relaxed);

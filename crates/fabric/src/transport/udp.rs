@@ -17,6 +17,9 @@ pub(crate) struct Udp {
     sock: UdpSocket,
     scratch: Box<[u8]>,
     learned: HashMap<Addr, SocketAddr>,
+    /// The sender of the last datagram taken, whose place `learned` holds:
+    /// a stream from one peer costs no hashing per datagram.
+    last_from: Option<Addr>,
     /// What datagrams of this fabric carry (see `NodeShared::datagram_token`).
     token: u64,
 }
@@ -30,6 +33,7 @@ impl Udp {
             scratch: vec![0u8; HEADER_LEN + mtu.max(macrolink_wire::MAX_DATAGRAM as usize)]
                 .into_boxed_slice(),
             learned: HashMap::new(),
+            last_from: None,
             token,
         })
     }
@@ -120,7 +124,10 @@ impl Udp {
             if !inbox.admits(from, None) {
                 continue;
             }
-            self.learned.entry(from).or_insert(src);
+            if self.last_from != Some(from) {
+                self.learned.entry(from).or_insert(src);
+                self.last_from = Some(from);
+            }
             let data = &self.scratch[HEADER_LEN..n];
             if let Some(buf) = user.as_deref_mut() {
                 if core.ready.is_empty() && buf.len() >= data.len() {
