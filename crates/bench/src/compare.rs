@@ -421,7 +421,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     {
         let size = 1_000_000usize;
         let iters = ((secs * 8_000_000_000.0 / size as f64) as u64).max(100);
+        const TLS: &str = "posix,cma,self";
+        // The receiving side's CPU time beyond UCX's start-up: from a run
+        // of a few iterations made the same way.
+        let short = has_ucx
+            .then(|| opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, 10)))
+            .flatten();
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let r = bw(
                 &mut s,
@@ -431,9 +438,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 size,
             )?;
             ours.extend(r.mb_per_s);
+            ours_cpu.extend(r.cpu_target);
             if has_ucx {
-                let f = ucx_perftest::run_sleeping("posix,cma,self", "tag_bw", size, iters);
-                theirs.extend(opt(f).map(|f| f.mb_per_s));
+                let f = opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters));
+                theirs.extend(f.map(|f| f.mb_per_s));
+                let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
+                theirs_cpu.extend(cpu);
             }
         }
         rows.push(
@@ -444,6 +454,19 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 "ucx_perftest tag_bw -E sleep (posix,cma)",
                 median(theirs),
                 Goal::AtLeast(1.0),
+            )
+            .regimes(WAIT, "sleep"),
+        );
+        // UCX's receiver pulls a rendezvous message with its own
+        // cross-memory read; ours is written into by the sender.
+        rows.push(
+            row(
+                &format!("shm reliable {size} B, receiver CPU"),
+                "%",
+                median(ours_cpu),
+                "ucx_perftest tag_bw -E sleep, its receiver",
+                median(theirs_cpu),
+                Goal::AtMost(1.0),
             )
             .regimes(WAIT, "sleep"),
         );

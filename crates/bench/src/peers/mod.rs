@@ -87,6 +87,38 @@ impl Server {
         std::thread::sleep(settle);
         Ok(Server(child))
     }
+
+    /// The CPU time (user and system, all its threads) the server used in
+    /// all, once it has ended by itself within `limit`; `None` if it did
+    /// not. The ended process stays unreaped, and so readable in `/proc`,
+    /// until the `Server` is dropped.
+    pub fn cpu_at_exit(&self, limit: Duration) -> Option<Duration> {
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        let pid = Pid::from_child(&self.0);
+        let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+        let until = Instant::now() + limit;
+        while waitid(WaitId::Pid(pid), opts).ok()?.is_none() {
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).ok()?;
+        let ticks = cpu_ticks_in_stat(&stat)?;
+        let per_s = rustix::param::clock_ticks_per_second().max(1);
+        Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
+    }
+}
+
+/// utime + stime of a `/proc/PID/stat` line, in clock ticks: the 12th and
+/// 13th fields after the command name, which is in parentheses and may
+/// hold anything.
+fn cpu_ticks_in_stat(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut f = rest.split_whitespace().skip(11);
+    let user: u64 = f.next()?.parse().ok()?;
+    let system: u64 = f.next()?.parse().ok()?;
+    Some(user + system)
 }
 
 impl Drop for Server {
@@ -210,6 +242,28 @@ mod tests {
             missing(&[sh, nope]).as_deref(),
             Some("apt-get install no-such-package")
         );
+    }
+
+    #[test]
+    fn a_servers_cpu_is_read_once_it_ended() {
+        let stat = "4242 (a (b) c) Z 17 4242 4242 0 -1 4194560 120 0 0 0 150 37 0 0 20 0 1";
+        assert_eq!(cpu_ticks_in_stat(stat), Some(187));
+        assert_eq!(cpu_ticks_in_stat("1 (x) S 1 2"), None);
+        // One that burns a while, one that sleeps, one that does not end.
+        let busy = Server::start(
+            Command::new("sh").args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"]),
+            Duration::ZERO,
+        )
+        .unwrap();
+        let idle = Server::start(Command::new("sleep").arg("0.3"), Duration::ZERO).unwrap();
+        let cpu = busy.cpu_at_exit(Duration::from_secs(60)).unwrap();
+        assert!(cpu >= Duration::from_millis(50), "{cpu:?}");
+        let cpu = idle.cpu_at_exit(Duration::from_secs(10)).unwrap();
+        assert!(cpu < Duration::from_millis(100), "{cpu:?}");
+        let endless = Server::start(Command::new("sleep").arg("30"), Duration::ZERO).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(endless.cpu_at_exit(Duration::from_millis(100)), None);
+        assert!(t0.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

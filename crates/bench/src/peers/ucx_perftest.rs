@@ -20,6 +20,23 @@ pub struct Figures {
     pub median_us: f64,
     /// Bandwidth over the whole run, 10^6 bytes per second.
     pub mb_per_s: f64,
+    /// The whole run's time as the client timed it, seconds.
+    pub secs: f64,
+    /// The server's CPU time over its life (start-up and ending too): the
+    /// receiving side's of a `tag_bw` run. `None` where it could not be
+    /// read.
+    pub server_cpu: Option<Duration>,
+}
+
+impl Figures {
+    /// The server's CPU use during the run, %: its CPU time beyond that of
+    /// `short`, a run of a few iterations made the same way (UCX's
+    /// start-up, its connection and its ending, which take some tenths of
+    /// a second of CPU time), over this run's time.
+    pub fn server_cpu_pct(&self, short: &Figures) -> Option<f64> {
+        let extra = self.server_cpu?.as_secs_f64() - short.server_cpu?.as_secs_f64();
+        (self.secs > short.secs).then(|| 100.0 * extra.max(0.0) / (self.secs - short.secs))
+    }
 }
 
 /// Runs test `test` (`tag_lat`, `ucp_put_bw`, ...) of `size`-byte messages
@@ -43,7 +60,7 @@ fn run_with(
     extra: &[&str],
 ) -> anyhow::Result<Figures> {
     let port = free_port()?.to_string();
-    let _server = Server::start(
+    let server = Server::start(
         Command::new(TOOL.program)
             .args(["-p", &port])
             .args(extra)
@@ -65,12 +82,14 @@ fn run_with(
             .env("UCX_TLS", tls),
         Duration::from_secs(120),
     )?;
-    parse(&out).with_context(|| format!("ucx_perftest said: {out}"))
+    let mut f = parse(&out).with_context(|| format!("ucx_perftest said: {out}"))?;
+    f.server_cpu = server.cpu_at_exit(Duration::from_secs(10));
+    Ok(f)
 }
 
 /// The figures line of `ucx_perftest -f -v`: iterations, median latency,
-/// average latency, overall latency, average bandwidth, overall bandwidth
-/// (MiB/s), ... Its "average" is of the last report interval only, which
+/// average latency, overall latency (µs an iteration over the whole run),
+/// average bandwidth, overall bandwidth (MiB/s), ... Its "average" is of the last report interval only, which
 /// swings by an order of magnitude from run to run over a busy machine's
 /// tcp; the whole run's bandwidth is "overall".
 pub fn parse(out: &str) -> Option<Figures> {
@@ -84,6 +103,8 @@ pub fn parse(out: &str) -> Option<Figures> {
     Some(Figures {
         median_us: f[1],
         mb_per_s: f[5] * 1.048_576,
+        secs: f[0] * f[3] / 1e6,
+        server_cpu: None,
     })
 }
 
@@ -98,6 +119,22 @@ mod tests {
             (f.mb_per_s - 1179.10 * 1.048_576).abs() < 1e-9,
             "the whole run's"
         );
+        assert!((f.secs - 10000.0 * 808.816e-6).abs() < 1e-9);
         assert_eq!(super::parse("a,b\n"), None);
+    }
+
+    #[test]
+    fn the_servers_cpu_during_a_run_leaves_its_start_up_out() {
+        let run = |secs: f64, cpu: Option<f64>| super::Figures {
+            median_us: 1.0,
+            mb_per_s: 1.0,
+            secs,
+            server_cpu: cpu.map(std::time::Duration::from_secs_f64),
+        };
+        let short = run(0.001, Some(0.16));
+        let pct = run(2.001, Some(1.16)).server_cpu_pct(&short).unwrap();
+        assert!((pct - 50.0).abs() < 1e-6, "{pct}");
+        assert_eq!(run(2.0, None).server_cpu_pct(&short), None);
+        assert_eq!(run(0.001, Some(1.0)).server_cpu_pct(&short), None);
     }
 }

@@ -1037,12 +1037,14 @@ impl Endpoint {
                 self.udp_woke = true;
             }
             // Connections whose socket had nothing are not read on the next
-            // pass (a system call each, over tcp).
+            // pass (a system call each, over tcp); those that stirred are.
             let first = 1 + usize::from(self.udp.is_some()) + usize::from(self.ucx.is_some());
             let conns = self.slots.iter_mut().filter_map(|s| s.conn.as_mut());
             for (c, p) in conns.zip(&self.pollfds[first..]) {
                 if p.revents == 0 {
                     c.link.quiet();
+                } else {
+                    c.link.look_again();
                 }
             }
         }

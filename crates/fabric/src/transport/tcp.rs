@@ -10,6 +10,14 @@
 //! "nothing" without asking the kernel again (a waiting reader then sleeps
 //! in `poll`, which sees what came since). A waiting endpoint with many
 //! connections so reads only those its `poll` found readable.
+//!
+//! A polling endpoint looks at every connection on every pass, and a look
+//! at a socket is a system call: a connection whose last [`COLD_AFTER`]
+//! looks found nothing is looked at on one pass in [`COLD_EVERY`] only,
+//! until something comes, so that idle connections do not slow a busy
+//! one (or the UDP socket) down. A look that must not miss anything
+//! (`look_again`: a read that will not wait, a `poll` that found the
+//! socket readable) ends that.
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
@@ -22,6 +30,11 @@ use crate::types::Transport;
 /// Bytes read ahead of the frame reader.
 const READ_AHEAD: usize = 4096;
 
+/// Looks in a row that found nothing, after which a connection is cold.
+pub(crate) const COLD_AFTER: u32 = 64;
+/// A cold connection is looked at on one pass in this many.
+pub(crate) const COLD_EVERY: u32 = 8;
+
 /// A connected, non-blocking TCP socket and the bytes read ahead from it.
 #[derive(Debug)]
 pub(crate) struct Tcp {
@@ -32,6 +45,10 @@ pub(crate) struct Tcp {
     end: usize,
     /// The last `recv` emptied the socket.
     drained: bool,
+    /// Looks in a row that found nothing (up to `COLD_AFTER`).
+    empty: u32,
+    /// Passes since a cold connection's last look.
+    skipped: u32,
 }
 
 impl Tcp {
@@ -42,7 +59,18 @@ impl Tcp {
             at: 0,
             end: 0,
             drained: false,
+            empty: 0,
+            skipped: 0,
         }
+    }
+
+    /// Counts a look that gave `n` bytes.
+    fn looked(&mut self, n: usize) {
+        self.empty = if n == 0 {
+            (self.empty + 1).min(COLD_AFTER)
+        } else {
+            0
+        };
     }
 
     /// Moves read-ahead bytes into `dst`.
@@ -83,13 +111,22 @@ impl ByteStream for Tcp {
         if std::mem::take(&mut self.drained) {
             return Ok(0);
         }
+        if self.empty >= COLD_AFTER {
+            self.skipped += 1;
+            if self.skipped < COLD_EVERY {
+                return Ok(0);
+            }
+            self.skipped = 0;
+        }
         let fd = self.sock.as_raw_fd();
         if dst.len() >= READ_AHEAD {
             let n = recv(fd, dst)?;
+            self.looked(n);
             self.drained = n > 0 && n < dst.len();
             return Ok(n);
         }
         let n = recv(fd, &mut self.ahead)?;
+        self.looked(n);
         self.drained = n > 0 && n < READ_AHEAD;
         (self.at, self.end) = (0, n);
         Ok(self.take_ahead(dst))
@@ -111,6 +148,7 @@ impl ByteStream for Tcp {
 
     fn look_again(&mut self) {
         self.drained = false;
+        self.empty = 0;
     }
 
     fn quiet(&mut self) {
@@ -147,6 +185,40 @@ mod tests {
             got.extend_from_slice(&buf[..n]);
         }
         got
+    }
+
+    #[test]
+    fn an_idle_connection_is_looked_at_less_often_until_something_comes_or_a_look_is_asked() {
+        let (mut w, mut t) = pair();
+        let fd = t.raw_fd();
+        let mut buf = [0u8; 8];
+        let cool = |t: &mut Tcp| {
+            for _ in 0..COLD_AFTER {
+                assert_eq!(t.try_read(&mut [0u8; 8]).unwrap(), 0);
+            }
+        };
+        // Cold: what comes is found on the COLD_EVERY-th pass, not before.
+        cool(&mut t);
+        w.write_all(b"12345678").unwrap();
+        sys::wait_fd(fd, Interest::Read, std::time::Duration::from_secs(5)).unwrap();
+        for _ in 1..COLD_EVERY {
+            assert_eq!(t.try_read(&mut buf).unwrap(), 0, "a skipped pass");
+        }
+        assert_eq!(t.try_read(&mut buf).unwrap(), 8);
+        // Hot again: the next bytes are found on the second pass (the
+        // first trusts that the last `recv` emptied the socket).
+        w.write_all(b"abcdefgh").unwrap();
+        sys::wait_fd(fd, Interest::Read, std::time::Duration::from_secs(5)).unwrap();
+        assert_eq!(t.try_read(&mut buf).unwrap(), 0);
+        assert_eq!(t.try_read(&mut buf).unwrap(), 8);
+        assert_eq!(&buf, b"abcdefgh");
+        // Cold, and a look is asked: found at once.
+        cool(&mut t);
+        w.write_all(b"ABCDEFGH").unwrap();
+        sys::wait_fd(fd, Interest::Read, std::time::Duration::from_secs(5)).unwrap();
+        t.look_again();
+        assert_eq!(t.try_read(&mut buf).unwrap(), 8);
+        assert_eq!(&buf, b"ABCDEFGH");
     }
 
     #[test]
