@@ -857,6 +857,9 @@ impl FrameReader {
     }
 
     /// Reads and drops up to 4 KiB of the payload; returns the bytes dropped.
+    /// Not inlined: its scratch would make every pass of the receive loop
+    /// set up a stack frame of more than a page.
+    #[inline(never)]
     fn discard(&mut self, s: &mut impl ByteStream) -> io::Result<usize> {
         let mut scratch = [0u8; 4096];
         let want = self.left.min(scratch.len());
