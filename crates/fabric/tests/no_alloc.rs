@@ -1,0 +1,179 @@
+//! A message costs no allocation once a connection is set up: over every
+//! transport, polling and waiting, small and large messages, both ways.
+//! The allocations of this thread are counted (the node's own threads,
+//! acceptors and the like, are not the message path).
+
+use macrolink_fabric::{Completion, EndpointConfig, Mode, Node, NodeConfig, Transport};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call goes to the system allocator unchanged; counting
+// touches a thread-local cell with a constant initialiser and no
+// destructor, which itself allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract for `realloc`, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+#[test]
+fn a_message_allocates_nothing() {
+    // The count sees this thread's allocations.
+    let before = allocs();
+    let v = std::hint::black_box(vec![1u8; 10]);
+    assert_eq!(allocs(), before + 1);
+    drop(v);
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let cases = [
+        (Transport::Shm, Mode::Reliable),
+        (Transport::Tcp, Mode::Reliable),
+        (Transport::Shm, Mode::Datagram),
+        (Transport::Tcp, Mode::Datagram),
+        (Transport::Udp, Mode::Datagram),
+    ];
+    let mut ep = 10;
+    for completion in [Completion::Poll, Completion::Wait] {
+        for (transport, mode) in cases {
+            let cfg = EndpointConfig {
+                completion,
+                ..EndpointConfig::default()
+            };
+            ep += 1;
+            let mut x = a.open(ep, cfg).unwrap();
+            let mut y = b.open(ep, cfg).unwrap();
+            let to_y = x.target_via(y.addr(), mode, transport).unwrap();
+            let sizes: &[usize] = if mode == Mode::Datagram {
+                &[8, 1000]
+            } else {
+                &[8, 1000, 100_000, 1_000_000]
+            };
+            let mut buf = vec![0u8; 1 << 20];
+            // One exchange sets up the way back; a few hundred more fill
+            // whatever grows to its working size (rings, staging, pools).
+            let mut round = |x: &mut macrolink_fabric::Endpoint,
+                             y: &mut macrolink_fabric::Endpoint,
+                             msg: &[u8]| {
+                x.write(to_y, msg).unwrap();
+                let r = y.read(&mut buf).unwrap();
+                assert_eq!(r.len, msg.len());
+                let back = y.reply_target(&r, mode).unwrap();
+                y.write(back, msg).unwrap();
+                let r = x.read(&mut buf).unwrap();
+                assert_eq!((r.from, r.len), (y.addr(), msg.len()));
+            };
+            for &size in sizes {
+                let msg = vec![0x5a; size];
+                for _ in 0..300 {
+                    round(&mut x, &mut y, &msg);
+                }
+                let before = allocs();
+                let rounds = if size > 100_000 { 200 } else { 2000 };
+                for _ in 0..rounds {
+                    round(&mut x, &mut y, &msg);
+                }
+                let n = allocs() - before;
+                assert_eq!(
+                    n, 0,
+                    "{transport} {mode} {completion:?}, {size} B: {n} allocations in {rounds} round trips"
+                );
+            }
+        }
+    }
+}
+
+/// As above with the two endpoints on two threads, so that a waiting read
+/// sleeps (and over shared memory offers its buffer to large messages):
+/// each thread counts its own.
+#[test]
+fn a_message_between_two_threads_allocates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let mut ep = 40;
+    for completion in [Completion::Wait, Completion::Poll] {
+        for transport in [Transport::Shm, Transport::Tcp] {
+            let cfg = EndpointConfig {
+                completion,
+                ..EndpointConfig::default()
+            };
+            ep += 1;
+            let mut x = a.open(ep, cfg).unwrap();
+            let mut y = b.open(ep, cfg).unwrap();
+            let to_y = x.target_via(y.addr(), Mode::Reliable, transport).unwrap();
+            for size in [8usize, 100_000, 1_000_000] {
+                let (warm, rounds) = if size > 100_000 {
+                    (100, 200)
+                } else {
+                    (300, 2000)
+                };
+                let echo = std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut before = 0;
+                    for i in 0..warm + rounds {
+                        if i == warm {
+                            before = allocs();
+                        }
+                        let r = y.read(&mut buf).unwrap();
+                        let back = y.reply_target(&r, Mode::Reliable).unwrap();
+                        y.write(back, &buf[..r.len]).unwrap();
+                    }
+                    (y, allocs() - before)
+                });
+                let msg = vec![0x5a; size];
+                let mut buf = vec![0u8; 1 << 20];
+                let mut before = 0;
+                for i in 0..warm + rounds {
+                    if i == warm {
+                        before = allocs();
+                    }
+                    x.write(to_y, &msg).unwrap();
+                    assert_eq!(x.read(&mut buf).unwrap().len, size);
+                }
+                let mine = allocs() - before;
+                let (back, theirs) = echo.join().unwrap();
+                y = back;
+                if (transport, completion, size) == (Transport::Shm, Completion::Wait, 1_000_000) {
+                    // The sleeping reader's path: messages placed in its buffer.
+                    assert!(y.stats().messages_placed > 0, "{:?}", y.stats());
+                }
+                assert_eq!(
+                    (mine, theirs),
+                    (0, 0),
+                    "{transport} {completion:?}, {size} B: allocations in {rounds} round trips"
+                );
+            }
+        }
+    }
+}
