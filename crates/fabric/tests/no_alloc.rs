@@ -3,7 +3,7 @@
 //! The allocations of this thread are counted (the node's own threads,
 //! acceptors and the like, are not the message path).
 
-use macrolink_fabric::{Completion, EndpointConfig, Mode, Node, NodeConfig, Transport};
+use macrolink_fabric::{Completion, Endpoint, EndpointConfig, Mode, Node, NodeConfig, Transport};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -42,6 +42,24 @@ fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
 }
 
+fn nodes() -> (Node, Node, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    (a, b, dir)
+}
+
+/// Endpoint `ep` of each node, both completing by `completion`.
+fn pair(a: &Node, b: &Node, ep: u32, completion: Completion) -> (Endpoint, Endpoint) {
+    let cfg = EndpointConfig {
+        completion,
+        ..EndpointConfig::default()
+    };
+    (a.open(ep, cfg).unwrap(), b.open(ep, cfg).unwrap())
+}
+
 #[test]
 fn a_message_allocates_nothing() {
     // The count sees this thread's allocations.
@@ -49,11 +67,7 @@ fn a_message_allocates_nothing() {
     let v = std::hint::black_box(vec![1u8; 10]);
     assert_eq!(allocs(), before + 1);
     drop(v);
-    let dir = tempfile::tempdir().unwrap();
-    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-    a.add_peer(2, b.tcp_addr().unwrap());
-    b.add_peer(1, a.tcp_addr().unwrap());
+    let (a, b, _dir) = nodes();
     let cases = [
         (Transport::Shm, Mode::Reliable),
         (Transport::Tcp, Mode::Reliable),
@@ -64,13 +78,8 @@ fn a_message_allocates_nothing() {
     let mut ep = 10;
     for completion in [Completion::Poll, Completion::Wait] {
         for (transport, mode) in cases {
-            let cfg = EndpointConfig {
-                completion,
-                ..EndpointConfig::default()
-            };
             ep += 1;
-            let mut x = a.open(ep, cfg).unwrap();
-            let mut y = b.open(ep, cfg).unwrap();
+            let (mut x, mut y) = pair(&a, &b, ep, completion);
             let to_y = x.target_via(y.addr(), mode, transport).unwrap();
             let sizes: &[usize] = if mode == Mode::Datagram {
                 &[8, 1000]
@@ -80,9 +89,7 @@ fn a_message_allocates_nothing() {
             let mut buf = vec![0u8; 1 << 20];
             // One exchange sets up the way back; a few hundred more fill
             // whatever grows to its working size (rings, staging, pools).
-            let mut round = |x: &mut macrolink_fabric::Endpoint,
-                             y: &mut macrolink_fabric::Endpoint,
-                             msg: &[u8]| {
+            let mut round = |x: &mut Endpoint, y: &mut Endpoint, msg: &[u8]| {
                 x.write(to_y, msg).unwrap();
                 let r = y.read(&mut buf).unwrap();
                 assert_eq!(r.len, msg.len());
@@ -116,21 +123,12 @@ fn a_message_allocates_nothing() {
 /// each thread counts its own.
 #[test]
 fn a_message_between_two_threads_allocates_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-    a.add_peer(2, b.tcp_addr().unwrap());
-    b.add_peer(1, a.tcp_addr().unwrap());
+    let (a, b, _dir) = nodes();
     let mut ep = 40;
     for completion in [Completion::Wait, Completion::Poll] {
         for transport in [Transport::Shm, Transport::Tcp] {
-            let cfg = EndpointConfig {
-                completion,
-                ..EndpointConfig::default()
-            };
             ep += 1;
-            let mut x = a.open(ep, cfg).unwrap();
-            let mut y = b.open(ep, cfg).unwrap();
+            let (mut x, mut y) = pair(&a, &b, ep, completion);
             let to_y = x.target_via(y.addr(), Mode::Reliable, transport).unwrap();
             for size in [8usize, 100_000, 1_000_000] {
                 let (warm, rounds) = if size > 100_000 {
