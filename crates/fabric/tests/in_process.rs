@@ -2,6 +2,9 @@
 //! process: shared memory's puts without the target, tcp's rails. What
 //! every transport does is `conformance.rs`.
 
+mod common;
+
+use common::nodes;
 use macrolink_fabric::{
     Addr, Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind, Refusal, Transport,
 };
@@ -13,15 +16,6 @@ fn region_of(ep: &macrolink_fabric::Endpoint, key: macrolink_fabric::RegionKey) 
     let mut b = vec![0; ep.region_len(key)?];
     ep.read_region(key, 0, &mut b).ok()?;
     Some(b)
-}
-
-fn nodes() -> (Node, Node, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-    a.add_peer(2, b.tcp_addr().unwrap());
-    b.add_peer(1, a.tcp_addr().unwrap());
-    (a, b, dir)
 }
 
 fn wait_cfg() -> EndpointConfig {

@@ -3,7 +3,10 @@
 //! The allocations of this thread are counted (the node's own threads,
 //! acceptors and the like, are not the message path).
 
-use macrolink_fabric::{Completion, Endpoint, EndpointConfig, Mode, Node, NodeConfig, Transport};
+mod common;
+
+use common::nodes;
+use macrolink_fabric::{Completion, Endpoint, EndpointConfig, Mode, Node, Transport};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -40,15 +43,6 @@ static COUNTING: Counting = Counting;
 
 fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
-}
-
-fn nodes() -> (Node, Node, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-    a.add_peer(2, b.tcp_addr().unwrap());
-    b.add_peer(1, a.tcp_addr().unwrap());
-    (a, b, dir)
 }
 
 /// Endpoint `ep` of each node, both completing by `completion`.

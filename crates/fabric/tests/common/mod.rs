@@ -1,7 +1,7 @@
 //! Helpers shared by the fabric's test suites (each uses some of them).
 #![allow(dead_code)]
 
-use macrolink_fabric::{key, Addr, Key, Node};
+use macrolink_fabric::{key, Addr, Key, Node, NodeConfig};
 use macrolink_wire::{Challenge, FrameKind, Header, Proof, CHALLENGE_LEN, HEADER_LEN, MAC_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -114,4 +114,15 @@ pub fn memfd(len: u64, sealed: bool) -> std::fs::File {
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
     }
     std::fs::File::from(fd)
+}
+
+/// Nodes 1 and 2 on this host, each knowing the other, and the directory
+/// of their sockets.
+pub fn nodes() -> (Node, Node, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    (a, b, dir)
 }
