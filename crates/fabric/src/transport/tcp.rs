@@ -16,9 +16,9 @@
 //! looks found nothing is looked at on one pass in [`COLD_EVERY`] only,
 //! and after [`FROZEN_AFTER`] (some 500 passes) on one in
 //! [`FROZEN_EVERY`], until something comes, so that idle connections do
-//! not slow a busy one (or the UDP socket) down. A look that must not miss anything
-//! (`look_again`: a read that will not wait, a `poll` that found the
-//! socket readable) ends that.
+//! not slow a busy one (or the UDP socket) down. A look that must not
+//! miss anything (`look_again`: a read that will not wait, a `poll` that
+//! found the socket readable) ends that.
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
