@@ -32,6 +32,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
 
 use super::memfd;
 use super::offer::{self, OfferCtrl, Offers, Phase};
@@ -266,7 +267,7 @@ impl ShmStream {
         let Some((gen, len)) = self.offers.out.take() else {
             return false;
         };
-        let mut spins = 0u32;
+        let mut spin_until = None;
         loop {
             // SYNC POINT: acquire pairs with the sender's release of PLACED:
             // its copy and the `Placed` frame are visible once it is seen.
@@ -284,14 +285,17 @@ impl ShmStream {
                 }
                 Err(s) if s == offer::state(gen, Phase::Busy) => {
                     // The sender is inside its copy into the buffer (it
-                    // rang for its `Placed` frame): spin a little, then
+                    // rang ahead of its end): spin a little, then
                     // sleep until it rings again.
                     if self.peer_gone {
                         return false;
                     }
-                    spins += 1;
-                    if spins < offer::BUSY_SPINS {
-                        std::hint::spin_loop();
+                    let until =
+                        *spin_until.get_or_insert_with(|| Instant::now() + offer::BUSY_SPIN);
+                    if Instant::now() < until {
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                        }
                     } else {
                         self.await_placed(s);
                     }
@@ -362,7 +366,14 @@ impl ShmStream {
             words.state.store(s, Ordering::Release);
             return Ok(None);
         }
-        match sys::write_into(pid, payload, addr) {
+        // The reader's wake-up takes some microseconds: ring it while the
+        // last part is copied, so that it is up when the copy ends.
+        let ahead = payload.len().saturating_sub(offer::WAKE_AHEAD);
+        let copied = sys::write_into(pid, &payload[..ahead], addr).and_then(|()| {
+            self.kick_reader();
+            sys::write_into(pid, &payload[ahead..], addr + ahead as u64)
+        });
+        match copied {
             Ok(()) => Ok(Some(gen)),
             Err(e) => {
                 words
@@ -878,6 +889,31 @@ mod tests {
         assert_eq!(a.place(&msg).unwrap(), None);
         assert!(!b.withdraw());
         assert!(small.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_sleeping_reader_is_rung_before_the_copy_into_its_buffer_ends() {
+        let (mut a, mut b, _d) = pair(4096);
+        let msg: Vec<u8> = (0..3 * offer::WAKE_AHEAD as u32)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        let mut buf = vec![0u8; msg.len()];
+        assert!(b.arm_read());
+        assert!(b.offer(&mut buf));
+        let gen = a.place(&msg).unwrap().expect("placed");
+        // The copy is done and its `Placed` not yet announced: the doorbell
+        // rang while the last part was copied.
+        let rung = |fd| {
+            let mut p = [sys::pollfd(fd, sys::Interest::Read)];
+            let short = std::time::Duration::from_millis(100);
+            sys::poll(&mut p, Some(short)).unwrap() == 1
+        };
+        assert!(rung(b.raw_fd()));
+        b.disarm();
+        a.placed(gen);
+        assert!(!rung(b.raw_fd()), "rung once");
+        assert!(b.withdraw());
+        assert_eq!(buf, msg);
     }
 
     #[test]
