@@ -147,8 +147,9 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// Forgets that the last read emptied the stream: the next read looks
     /// (a look that must not miss what is there, as `try_read`'s).
     fn look_again(&mut self) {}
-    /// A `poll` of `raw_fd` just found nothing to read: the next read may
-    /// answer "nothing" without a system call.
+    /// A `poll` of `raw_fd` just found nothing to read: what would read
+    /// it next (a tcp read, the end of a shared-memory sleep) may skip its
+    /// system call.
     fn quiet(&mut self) {}
     /// Sends a descriptor to the peer (shared memory only).
     fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {

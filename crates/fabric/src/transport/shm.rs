@@ -119,6 +119,9 @@ pub(crate) struct ShmStream {
     offers: Offers,
     sock: UnixStream,
     peer_gone: bool,
+    /// The sleep's `poll` found nothing on the socket: the end of the sleep
+    /// need not read it.
+    sock_quiet: bool,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
     fds: VecDeque<OwnedFd>,
 }
@@ -203,6 +206,7 @@ impl ShmStream {
             rx_published: 0,
             sock,
             peer_gone: false,
+            sock_quiet: false,
             fds: VecDeque::new(),
             _map: map,
         })
@@ -613,11 +617,19 @@ impl ShmStream {
     }
 
     /// Ends a sleep: lowers the flags and reads pending doorbells, which also
-    /// notices a peer that has gone.
+    /// notices a peer that has gone; no system call when the sleep's `poll`
+    /// found the socket quiet (a peer that goes makes it readable).
     pub(crate) fn disarm(&mut self) {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
-        self.check_alive();
+        if !std::mem::take(&mut self.sock_quiet) {
+            self.check_alive();
+        }
+    }
+
+    /// The sleep's `poll` found nothing on the socket.
+    pub(crate) fn quiet(&mut self) {
+        self.sock_quiet = true;
     }
 
     /// Reads doorbells (and descriptors) off the socket; EOF or reset
@@ -718,6 +730,10 @@ impl ByteStream for ShmStream {
 
     fn check_alive(&mut self) {
         ShmStream::check_alive(self)
+    }
+
+    fn quiet(&mut self) {
+        ShmStream::quiet(self)
     }
 
     fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -891,6 +907,28 @@ mod tests {
         assert!(small.iter().all(|&x| x == 0));
     }
 
+    /// Whether a doorbell waits on the socket `fd`.
+    fn rung(fd: RawFd) -> bool {
+        let mut p = [sys::pollfd(fd, sys::Interest::Read)];
+        let short = std::time::Duration::from_millis(100);
+        sys::poll(&mut p, Some(short)).unwrap() == 1
+    }
+
+    #[test]
+    fn a_sleep_that_found_the_socket_quiet_ends_without_reading_it() {
+        let (mut a, mut b, _d) = pair(4096);
+        assert!(b.arm_read());
+        a.try_write(&[IoSlice::new(b"x")]).unwrap();
+        // The doorbell came after the sleep's `poll` looked.
+        b.quiet();
+        b.disarm();
+        assert!(rung(b.raw_fd()), "left for the next sleep");
+        b.disarm();
+        assert!(!rung(b.raw_fd()), "read at the end of a sleep that saw it");
+        let mut buf = [0u8; 4];
+        assert_eq!(b.try_read(&mut buf).unwrap(), 1);
+    }
+
     #[test]
     fn a_sleeping_reader_is_rung_before_the_copy_into_its_buffer_ends() {
         let (mut a, mut b, _d) = pair(4096);
@@ -903,11 +941,6 @@ mod tests {
         let gen = a.place(&msg).unwrap().expect("placed");
         // The copy is done and its `Placed` not yet announced: the doorbell
         // rang while the last part was copied.
-        let rung = |fd| {
-            let mut p = [sys::pollfd(fd, sys::Interest::Read)];
-            let short = std::time::Duration::from_millis(100);
-            sys::poll(&mut p, Some(short)).unwrap() == 1
-        };
         assert!(rung(b.raw_fd()));
         b.disarm();
         a.placed(gen);
