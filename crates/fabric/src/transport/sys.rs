@@ -1,10 +1,13 @@
 //! Thin wrappers over the few system calls the transports need.
 //!
-//! Every call goes through [`syscall!`], which turns a `-1` return into the
-//! `io::Error` of `errno`.
+//! Most calls go through [`syscall!`], which turns a `-1` return into the
+//! `io::Error` of `errno`; the two a polling endpoint makes on every pass
+//! ([`send_vectored`], [`recv`]) go through rustix's direct system calls.
 
+use rustix::io::Errno;
+use rustix::net;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 macro_rules! syscall {
@@ -23,29 +26,35 @@ macro_rules! syscall {
 
 /// Sends the slices in order without blocking and without raising SIGPIPE.
 /// Returns the bytes taken (0 when the socket buffer is full).
+///
+/// This and [`recv`] run on every pass of a polling endpoint: they make
+/// their system call directly (rustix), not through libc's wrappers, which
+/// are cancellation points and go through `errno`.
 pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    // IoSlice is guaranteed ABI compatible with iovec on Unix.
-    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = bufs.len() as _;
-    match syscall!(sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)) {
-        Ok(n) => Ok(n as usize),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-        Err(e) => Err(e),
+    // SAFETY: callers pass the descriptor of a socket they own, open for the
+    // length of this call.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let flags = net::SendFlags::DONTWAIT | net::SendFlags::NOSIGNAL;
+    match net::sendmsg(fd, bufs, &mut net::SendAncillaryBuffer::default(), flags) {
+        Ok(n) => Ok(n),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(0),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Receives without blocking. `Ok(None)`: nothing there now. `Ok(Some(0))`:
 /// the peer closed the stream (only for a non-empty `dst`).
 pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<usize>> {
-    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
-    match syscall!(recv(fd, dst.as_mut_ptr().cast(), dst.len(), flags)) {
-        Ok(n) => Ok(Some(n as usize)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-        Err(e) => Err(e),
+    // SAFETY: as in `send_vectored`.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut flags = net::RecvFlags::DONTWAIT;
+    if peek {
+        flags |= net::RecvFlags::PEEK;
+    }
+    match net::recv(fd, dst, flags) {
+        Ok((n, _)) => Ok(Some(n)),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Datagram mode over UDP: one socket per endpoint, one frame per datagram.
 
 use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use rustix::io::Errno;
+use rustix::net::{self, RecvFlags, SendFlags};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -59,9 +61,9 @@ impl Udp {
         self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
         self.scratch[HEADER_LEN..n].copy_from_slice(data);
         for _ in 0..1000 {
-            match self.sock.send_to(&self.scratch[..n], to) {
+            match net::sendto(&self.sock, &self.scratch[..n], SendFlags::empty(), &to) {
                 Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Err(Errno::AGAIN) => {
                     super::sys::wait_fd(
                         self.sock.as_raw_fd(),
                         super::sys::Interest::Write,
@@ -69,8 +71,8 @@ impl Udp {
                     )?;
                 }
                 // An ICMP error from an earlier datagram: datagrams are unreliable.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(()),
-                Err(e) => return Err(e.into()),
+                Err(Errno::CONNREFUSED) => return Ok(()),
+                Err(e) => return Err(io::Error::from(e).into()),
             }
         }
         Ok(())
@@ -86,12 +88,19 @@ impl Udp {
     ) -> Result<Step> {
         let mut moved = false;
         loop {
-            let (n, src) = match self.sock.recv_from(&mut self.scratch) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e.into()),
-            };
+            // A system call of its own, not libc's (a cancellation point
+            // with `errno`): this look runs on every pass of a polling read.
+            let (n, src) =
+                match net::recvfrom(&self.sock, &mut self.scratch[..], RecvFlags::empty()) {
+                    Ok((n, _, Some(src))) => match SocketAddr::try_from(src) {
+                        Ok(src) => (n, src),
+                        Err(_) => continue,
+                    },
+                    Ok((_, _, None)) => continue,
+                    Err(Errno::AGAIN) => break,
+                    Err(Errno::CONNREFUSED) => continue,
+                    Err(e) => return Err(io::Error::from(e).into()),
+                };
             moved = true;
             let h = match Header::decode(&self.scratch[..n]) {
                 Ok(h)
