@@ -937,7 +937,11 @@ impl Endpoint {
         }
     }
 
-    /// Drops a broken connection and tells the application.
+    /// Drops a broken connection, and tells the application once it was
+    /// the last to its peer. Two endpoints that both write to each other
+    /// have a connection each way: when one closes, the connection it only
+    /// read on ends at once, while messages it wrote before closing may
+    /// still wait in the other, and are read before the loss is told.
     fn lose(&mut self, i: usize, reason: String) {
         let gen = self.slots[i].gen;
         if let Some(mut conn) = self.slots[i].conn.take() {
@@ -945,10 +949,14 @@ impl Endpoint {
             self.core.puts.lose(i as u32, gen, conn.peer);
             self.forget_conn(i as u32, gen);
             tracing::debug!(peer = %conn.peer, "connection lost: {reason}");
-            self.core.ready.push_back(Ready::Lost {
-                peer: conn.peer,
-                reason,
-            });
+            let peer = conn.peer;
+            let another = self
+                .slots
+                .iter()
+                .any(|s| s.conn.as_ref().is_some_and(|c| c.peer == peer));
+            if !another {
+                self.core.ready.push_back(Ready::Lost { peer, reason });
+            }
         }
     }
 
