@@ -55,9 +55,10 @@ pub(crate) const BUSY_SPIN: std::time::Duration = std::time::Duration::from_micr
 /// How much of a placed message is left to copy when the sender wakes a
 /// sleeping reader: some 10 µs of copying, about what a wake-up takes.
 /// Measured here at 1 MB, waiting reader: 256 KiB woke it too early (it
-/// spun, 17-19 % of a core against 11-14 %), 64 KiB too late, 128 KiB
-/// gave 1.15-1.2 times the bandwidth of no early ring at the same CPU.
-pub(crate) const WAKE_AHEAD: usize = 64 * 1024;
+/// spun, 16-19 % of a core against 12 %), 64 KiB too late (1.05 times the
+/// bandwidth of no early ring), 128 KiB gave 1.12-1.15 times it at the
+/// same CPU a message.
+pub(crate) const WAKE_AHEAD: usize = 128 * 1024;
 
 /// How much of [`OFFER_WAIT`] the sender spins before it sleeps.
 pub(crate) const OFFER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
