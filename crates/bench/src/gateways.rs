@@ -68,8 +68,12 @@ pub struct Row {
     pub ratio_cp_up: f64,
     /// cp down / (N x the one-gateway striped figure).
     pub ratio_cp_down: f64,
+    /// `macrolink cp` down into `/dev/null`: no file system, MB/s.
+    pub cp_down_null: f64,
+    /// cp down to `/dev/null` / (N x the one-gateway striped figure).
+    pub ratio_cp_down_null: f64,
     /// The same bytes written to a file beside cp's, from memory in 1 MiB
-    /// writes, right after cp down: what the file system takes alone, MB/s.
+    /// writes, right after the copies: what the file system takes alone, MB/s.
     pub fs_write: f64,
 }
 
@@ -275,12 +279,15 @@ pub struct LaneCopy {
     pub up: f64,
     /// Download, MB/s.
     pub down: f64,
-    /// Chunks each gateway carried (by node), up then down.
-    pub carried: [Vec<(u32, u64)>; 2],
+    /// The same download into `/dev/null`: the lane and cp without the
+    /// file system's page cache, MB/s.
+    pub down_null: f64,
+    /// Chunks each gateway carried (by node): up, down, down to `/dev/null`.
+    pub carried: [Vec<(u32, u64)>; 3],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
-    /// writes, right after the download, MB/s.
+    /// writes, right after the copies, MB/s.
     pub fs_write: f64,
 }
 
@@ -408,6 +415,7 @@ pub fn files_through(
     for (k, (from, to)) in [
         (src.display().to_string(), "ml://store0/f".to_string()),
         ("ml://store0/f".to_string(), back.display().to_string()),
+        ("ml://store0/f".to_string(), "/dev/null".to_string()),
     ]
     .into_iter()
     .enumerate()
@@ -429,8 +437,10 @@ pub fn files_through(
         if k == 0 {
             out.up = rate;
             out.link_bytes = links()?.iter().zip(&before).map(|(a, b)| a - b).collect();
-        } else {
+        } else if k == 1 {
             out.down = rate;
+        } else {
+            out.down_null = rate;
         }
         out.carried[k] = per;
     }
@@ -445,7 +455,7 @@ pub fn files_through(
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 7] = [
+    let picks: [(&str, Pick); 8] = [
         ("N x one gateway", |_| None),
         ("macrolink, one striped transfer", |r| Some(r.macrolink)),
         ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
@@ -453,6 +463,7 @@ fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
         ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
         ("macrolink cp up", |r| Some(r.cp_up)),
         ("macrolink cp down", |r| Some(r.cp_down)),
+        ("macrolink cp down into /dev/null", |r| Some(r.cp_down_null)),
     ];
     let series: Vec<(String, Vec<(f64, f64)>)> = picks
         .iter()
@@ -545,6 +556,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_down: cp.down,
             ratio_cp_up: cp.up / (n as f64 * one),
             ratio_cp_down: cp.down / (n as f64 * one),
+            cp_down_null: cp.down_null,
+            ratio_cp_down_null: cp.down_null / (n as f64 * one),
             fs_write: cp.fs_write,
         });
     }
@@ -554,7 +567,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9} {:>13} {:>12}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
@@ -566,11 +579,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "/ (N x one)",
         "cp down",
         "/ (N x one)",
-        "fs write"
+        "fs write",
+        "cp down null",
+        "/ (N x one)"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1} {:>13.1} {:>12.2}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
@@ -582,7 +597,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.ratio_cp_up,
             r.cp_down,
             r.ratio_cp_down,
-            r.fs_write
+            r.fs_write,
+            r.cp_down_null,
+            r.ratio_cp_down_null
         );
     }
     println!(
@@ -596,8 +613,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     let files = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     println!(
         "cp's files live in {} ({}); fs write: the same bytes written from memory to a file \
-         beside them in 1 MiB writes, right after cp down, what that file system takes with no \
-         network (cp cannot beat it; --dir puts the files elsewhere).",
+         beside them in 1 MiB writes, right after the copies, what that file system takes with no \
+         network (cp cannot beat it; --dir puts the files elsewhere); cp down null: the same \
+         download into /dev/null, what the lane and cp carry with no file system on the client.",
         files.display(),
         fs_type(&files)
     );

@@ -186,6 +186,19 @@ impl Striper {
 
     /// The next chunk to send and where, if a live gateway has room.
     pub fn poll_transmit(&mut self, now: Nanos) -> Option<Transmit> {
+        self.poll_transmit_to(now, &mut |_| true)
+    }
+
+    /// As [`poll_transmit`](Self::poll_transmit), among the gateways whose
+    /// path `ready` says takes a chunk now (it is asked only of live ones
+    /// with room in the window, in turn): a sender whose connection to one
+    /// gateway is full gives the chunk to the next rather than wait there
+    /// while the others run dry.
+    pub fn poll_transmit_to(
+        &mut self,
+        now: Nanos,
+        ready: &mut dyn FnMut(Gw) -> bool,
+    ) -> Option<Transmit> {
         let expired: Vec<u64> = self
             .inflight
             .iter()
@@ -208,7 +221,7 @@ impl Striper {
         let n = self.per_path.len();
         let gw = (0..n)
             .map(|k| (self.next_path + k) % n)
-            .find(|&g| self.paths.is_alive(g) && self.per_path[g] < self.cfg.window)?;
+            .find(|&g| self.paths.is_alive(g) && self.per_path[g] < self.cfg.window && ready(g))?;
         let seq = self.queue.pop_front()?;
         self.next_path = (gw + 1) % n;
         self.per_path[gw] += 1;
@@ -270,6 +283,53 @@ mod tests {
             s.on_ack(t.chunk.seq, now);
         }
         assert_eq!(s.rto(), 500 * MS);
+    }
+
+    #[test]
+    fn a_gateway_whose_path_cannot_take_a_chunk_is_passed_over_until_it_can() {
+        let cfg = StripeConfig {
+            chunk: 1 << 20,
+            window: 4,
+            rto: 500 * MS,
+        };
+        let mut s = Striper::new(16 << 20, 3, cfg);
+        let mut full = [false, true, false];
+        let mut asked = Vec::new();
+        let mut sent = Vec::new();
+        for _ in 0..4 {
+            let t = s
+                .poll_transmit_to(0, &mut |g| {
+                    asked.push(g);
+                    !full[g]
+                })
+                .expect("gateways 0 and 2 take chunks");
+            sent.push((t.gw, t.chunk.seq));
+        }
+        assert_eq!(sent, [(0, 0), (2, 1), (0, 2), (2, 3)]);
+        assert_eq!(
+            asked,
+            [0, 1, 2, 0, 1, 2],
+            "asked in turn, full one each time"
+        );
+        // None can take one: nothing goes, and the next chunk waits its turn.
+        full = [true; 3];
+        assert!(s.poll_transmit_to(0, &mut |g| !full[g]).is_none());
+        full[1] = false;
+        let t = s.poll_transmit_to(0, &mut |g| !full[g]).unwrap();
+        assert_eq!((t.gw, t.chunk.seq), (1, 4));
+        // Only gateway 1 can take more: it does until its window is full,
+        // and is then not asked at all.
+        for seq in 5..8 {
+            let t = s.poll_transmit_to(0, &mut |g| g == 1).unwrap();
+            assert_eq!((t.gw, t.chunk.seq), (1, seq));
+        }
+        let mut asked = Vec::new();
+        let none = s.poll_transmit_to(0, &mut |g| {
+            asked.push(g);
+            g == 1
+        });
+        assert!(none.is_none());
+        assert_eq!(asked, [2, 0]);
     }
 
     #[test]

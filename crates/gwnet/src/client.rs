@@ -356,7 +356,14 @@ pub fn stripe(
                 }
             }
         }
-        while let Some(tx) = striper.poll_transmit(now) {
+        // A gateway whose connection is still full gets no chunk this
+        // pass: the write would wait there while the others ran dry (the
+        // sender's own links are the shaped ones when a server sends).
+        let room = CHUNK_HEADER + cfg.stripe.chunk as usize;
+        while let Some(tx) = striper.poll_transmit_to(now, &mut |gw| {
+            gws.target(ep, gw)
+                .is_none_or(|t| ep.can_take(t, room).unwrap_or(true))
+        }) {
             gws.lanes.sent(tx.gw);
             let c = tx.chunk;
             // The buffer keeps its length from chunk to chunk: only the

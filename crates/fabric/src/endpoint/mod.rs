@@ -573,6 +573,21 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether a message of `len` bytes to `t` would be taken now without
+    /// waiting for what its connection already holds to leave: the
+    /// connection holds nothing yet, or its transport has room for the
+    /// message. A sender with several peers (chunks striped over gateways)
+    /// gives the next message to one that can take it, rather than wait on
+    /// a full connection while the others run dry. True where the transport
+    /// cannot tell (shared memory, UCX, udp).
+    pub fn can_take(&mut self, t: Target, len: usize) -> Result<bool> {
+        let e = self.entry(t)?;
+        match e.route {
+            Route::Conn { slot, gen } => Ok(self.conn_mut(e.peer, slot, gen)?.link.can_take(len)),
+            Route::Udp(_) => Ok(true),
+        }
+    }
+
     /// Hands one frame (a whole message, put or control frame) to the
     /// connection, moving incoming traffic along while the transport is
     /// full so that two endpoints writing to each other cannot stall. With a

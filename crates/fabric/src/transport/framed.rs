@@ -624,6 +624,11 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.transport()
     }
 
+    fn can_take(&self, len: usize) -> bool {
+        let frames = len.div_ceil(MAX_FRAME as usize).max(1);
+        self.stream.can_take(len + frames * HEADER_LEN)
+    }
+
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
         let fresh = st.done == 0 && st.sent == 0;
         if h.kind == FrameKind::Data && payload.len() >= PLACE_MIN && fresh {

@@ -121,6 +121,12 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     fn transport(&self) -> Transport;
     /// Takes as many bytes of `bufs` as it can without blocking.
     fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Whether [`try_write`](Self::try_write) would take `len` bytes now:
+    /// the stream holds nothing yet, or has room for them. True where the
+    /// transport cannot tell.
+    fn can_take(&self, _len: usize) -> bool {
+        true
+    }
     /// Reads what is there without blocking; `Ok(0)` means nothing now, end
     /// of stream is an error. The room the bytes read leave reaches the
     /// writer at [`read_done`](Self::read_done) at the latest.
@@ -231,6 +237,12 @@ pub(crate) trait Connection: fmt::Debug + Send {
     /// message, put or control frame) without blocking, going on from
     /// `st`; true once all of it is taken and `payload` may be reused.
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool>;
+    /// Whether a frame carrying `len` bytes would be taken now without
+    /// waiting for what the connection already holds to leave (see
+    /// [`Endpoint::can_take`](crate::Endpoint::can_take)).
+    fn can_take(&self, _len: usize) -> bool {
+        true
+    }
     /// Reads what has arrived for it into `core`, or straight into `user`,
     /// the buffer of a waiting read.
     fn progress(&mut self, core: &mut Core, user: Option<&mut [u8]>) -> Step;

@@ -58,6 +58,25 @@ pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<u
     }
 }
 
+/// Whether a connected stream socket would take `len` more bytes now
+/// without waiting: it holds nothing (sent and unacknowledged, or unsent),
+/// or its send buffer has room for them. The buffer's accounting counts
+/// some overhead per packet on top of the bytes, taken here as 1/16.
+pub(crate) fn send_room(fd: RawFd, len: usize) -> io::Result<bool> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ on a socket) writes one int through the
+    // pointer, which points at `queued`, alive for the call.
+    syscall!(ioctl(fd, libc::TIOCOUTQ, &mut queued as *mut libc::c_int))?;
+    if queued <= 0 {
+        return Ok(true);
+    }
+    // SAFETY: as in `send_vectored`.
+    let sock = unsafe { BorrowedFd::borrow_raw(fd) };
+    let buffer = net::sockopt::socket_send_buffer_size(sock)?;
+    let need = (queued as usize + len).saturating_mul(17) / 16;
+    Ok(need <= buffer)
+}
+
 /// What `poll` waits for on one descriptor.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Interest {

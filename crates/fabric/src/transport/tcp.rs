@@ -104,6 +104,12 @@ impl ByteStream for Tcp {
         sys::send_vectored(self.sock.as_raw_fd(), bufs)
     }
 
+    fn can_take(&self, len: usize) -> bool {
+        // A socket that cannot say is taken as able: the write then waits
+        // as it would have.
+        sys::send_room(self.sock.as_raw_fd(), len).unwrap_or(true)
+    }
+
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         if dst.is_empty() {
             return Ok(0);
@@ -204,6 +210,49 @@ mod tests {
             got.extend_from_slice(&buf[..n]);
         }
         got
+    }
+
+    #[test]
+    fn a_full_socket_cannot_take_a_chunk_and_an_emptied_one_can() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut r, _) = l.accept().unwrap();
+        w.set_nonblocking(true).unwrap();
+        let mut t = Tcp::new(w);
+        const CHUNK: usize = 1 << 20;
+        assert!(
+            t.can_take(8 * CHUNK),
+            "a socket that holds nothing takes any size"
+        );
+        // Fill it: the reader reads nothing.
+        let piece = vec![7u8; 64 * 1024];
+        let mut queued = 0;
+        for _ in 0..10_000 {
+            match t.try_write(&[IoSlice::new(&piece)]).unwrap() {
+                0 => break,
+                n => queued += n,
+            }
+        }
+        assert!(queued > 0 && t.try_write(&[IoSlice::new(&piece)]).unwrap() == 0);
+        assert!(!t.can_take(CHUNK), "{queued} bytes wait in a full socket");
+        // The reader takes everything; once acknowledged, room again.
+        r.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut read = 0;
+        while read < queued {
+            let n = std::io::Read::read(&mut r, &mut buf).unwrap();
+            assert!(n > 0, "the writer's bytes end early");
+            read += n;
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !t.can_take(CHUNK) {
+            assert!(
+                std::time::Instant::now() < until,
+                "never room after the reads"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]
