@@ -68,6 +68,10 @@ pub struct Row {
     pub ratio_cp_up: f64,
     /// cp down / (N x the one-gateway striped figure).
     pub ratio_cp_down: f64,
+    /// `macrolink cp --direct` down: past the page cache, MB/s.
+    pub cp_down_direct: f64,
+    /// cp down with direct I/O / (N x the one-gateway striped figure).
+    pub ratio_cp_down_direct: f64,
     /// `macrolink cp` down into `/dev/null`: no file system, MB/s.
     pub cp_down_null: f64,
     /// cp down to `/dev/null` / (N x the one-gateway striped figure).
@@ -279,11 +283,15 @@ pub struct LaneCopy {
     pub up: f64,
     /// Download, MB/s.
     pub down: f64,
-    /// The same download into `/dev/null`: the lane and cp without the
-    /// file system's page cache, MB/s.
+    /// The same download written past the page cache (`cp --direct`),
+    /// MB/s.
+    pub down_direct: f64,
+    /// The same download into `/dev/null`: the lane and cp without a file
+    /// system, MB/s.
     pub down_null: f64,
-    /// Chunks each gateway carried (by node): up, down, down to `/dev/null`.
-    pub carried: [Vec<(u32, u64)>; 3],
+    /// Chunks each gateway carried (by node): up, down, down with direct
+    /// I/O, down to `/dev/null`.
+    pub carried: [Vec<(u32, u64)>; 4],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -405,6 +413,7 @@ pub fn files_through(
     let src = dir.path().join("src");
     std::fs::write(&src, &data)?;
     let back = dir.path().join("back");
+    let direct = dir.path().join("direct");
     let links = || -> anyhow::Result<Vec<u64>> {
         (0..n)
             .map(|i| qdisc_sent(&tb.gateway(i), &tb.storage_link(i, 0)))
@@ -415,6 +424,7 @@ pub fn files_through(
     for (k, (from, to)) in [
         (src.display().to_string(), "ml://store0/f".to_string()),
         ("ml://store0/f".to_string(), back.display().to_string()),
+        ("ml://store0/f".to_string(), direct.display().to_string()),
         ("ml://store0/f".to_string(), "/dev/null".to_string()),
     ]
     .into_iter()
@@ -423,7 +433,9 @@ pub fn files_through(
         let o = Command::new("ip")
             .args(["netns", "exec", &tb.compute()])
             .arg(exe)
-            .args(["cp", &from, &to, "--cluster"])
+            .args(["cp", &from, &to])
+            .args((k == 2).then_some("--direct"))
+            .arg("--cluster")
             .arg(&cluster)
             .arg("--shm-dir")
             .arg(dir.path().join("shm-compute"))
@@ -439,13 +451,18 @@ pub fn files_through(
             out.link_bytes = links()?.iter().zip(&before).map(|(a, b)| a - b).collect();
         } else if k == 1 {
             out.down = rate;
+        } else if k == 2 {
+            out.down_direct = rate;
         } else {
             out.down_null = rate;
         }
         out.carried[k] = per;
     }
     out.fs_write = write_rate(&dir.path().join("local"), &data)?;
-    if std::fs::read(export.join("f"))? != data || std::fs::read(&back)? != data {
+    if std::fs::read(export.join("f"))? != data
+        || std::fs::read(&back)? != data
+        || std::fs::read(&direct)? != data
+    {
         bail!("a copy through the lane differs from its source");
     }
     Ok(out)
@@ -455,7 +472,7 @@ pub fn files_through(
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 8] = [
+    let picks: [(&str, Pick); 9] = [
         ("N x one gateway", |_| None),
         ("macrolink, one striped transfer", |r| Some(r.macrolink)),
         ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
@@ -463,6 +480,7 @@ fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
         ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
         ("macrolink cp up", |r| Some(r.cp_up)),
         ("macrolink cp down", |r| Some(r.cp_down)),
+        ("macrolink cp --direct down", |r| Some(r.cp_down_direct)),
         ("macrolink cp down into /dev/null", |r| Some(r.cp_down_null)),
     ];
     let series: Vec<(String, Vec<(f64, f64)>)> = picks
@@ -556,6 +574,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_down: cp.down,
             ratio_cp_up: cp.up / (n as f64 * one),
             ratio_cp_down: cp.down / (n as f64 * one),
+            cp_down_direct: cp.down_direct,
+            ratio_cp_down_direct: cp.down_direct / (n as f64 * one),
             cp_down_null: cp.down_null,
             ratio_cp_down_null: cp.down_null / (n as f64 * one),
             fs_write: cp.fs_write,
@@ -567,7 +587,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9} {:>13} {:>12}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9} {:>15} {:>12} {:>13} {:>12}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
@@ -580,12 +600,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "cp down",
         "/ (N x one)",
         "fs write",
+        "cp down direct",
+        "/ (N x one)",
         "cp down null",
         "/ (N x one)"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1} {:>13.1} {:>12.2}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1} {:>15.1} {:>12.2} {:>13.1} {:>12.2}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
@@ -598,6 +620,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.cp_down,
             r.ratio_cp_down,
             r.fs_write,
+            r.cp_down_direct,
+            r.ratio_cp_down_direct,
             r.cp_down_null,
             r.ratio_cp_down_null
         );
@@ -614,8 +638,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     println!(
         "cp's files live in {} ({}); fs write: the same bytes written from memory to a file \
          beside them in 1 MiB writes, right after the copies, what that file system takes with no \
-         network (cp cannot beat it; --dir puts the files elsewhere); cp down null: the same \
-         download into /dev/null, what the lane and cp carry with no file system on the client.",
+         network (cp cannot beat it; --dir puts the files elsewhere); cp down direct: the same \
+         download with --direct, written past the page cache; cp down null: the same download \
+         into /dev/null, what the lane and cp carry with no file system on the client.",
         files.display(),
         fs_type(&files)
     );

@@ -211,6 +211,12 @@ pub struct CpArgs {
     /// Count the copy done only once the data is on stable storage (fsync).
     #[arg(long)]
     sync: bool,
+    /// Write downloaded files with direct I/O (O_DIRECT), past the page
+    /// cache: for files larger than memory, or a host whose page cache
+    /// fills slower than its disk writes. A file system without direct I/O
+    /// gets ordinary writes, with a warning.
+    #[arg(long)]
+    direct: bool,
     /// Skip the end-to-end checksum (no chunk is hashed on either side).
     #[arg(long)]
     no_verify: bool,
@@ -256,6 +262,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         slots: a.slots,
         resume: a.resume,
         sync: a.sync,
+        direct: a.direct,
         recursive: a.recursive,
         limit_rate: a.limit_rate,
         verify: !a.no_verify,

@@ -13,7 +13,8 @@ use std::time::Instant;
 use crate::auth::Secret;
 use crate::client::{Client, ClientOptions};
 use crate::confine::partial_name;
-use crate::data;
+use crate::data::{self, Sink};
+use crate::direct::DirectFile;
 use crate::error::{Error, Result};
 use crate::proto::{Code, Kind, Landing, Shape};
 use crate::stripe;
@@ -99,6 +100,9 @@ pub struct CopyOptions {
     pub resume: bool,
     /// Make the data durable before the copy counts as done.
     pub sync: bool,
+    /// Write downloaded files past the page cache (`O_DIRECT`, see
+    /// [`direct`](crate::direct)).
+    pub direct: bool,
     /// Copy directories with everything in them.
     pub recursive: bool,
     /// Bytes per second a file's streams may move together, if limited.
@@ -117,6 +121,7 @@ impl Default for CopyOptions {
             slots: 4,
             resume: false,
             sync: false,
+            direct: false,
             recursive: false,
             limit_rate: None,
             verify: true,
@@ -332,6 +337,21 @@ impl Copier {
         } else {
             claim_local(&part, start > 0)?
         };
+        let direct = if opts.direct && !device {
+            DirectFile::open(&part, &file).map_err(|e| Error::local(part.display(), e))?
+        } else {
+            None
+        };
+        if opts.direct && !device && direct.is_none() {
+            tracing::warn!(
+                "{}: the file system does not do direct I/O; written through the page cache",
+                to.display()
+            );
+        }
+        let sink: &dyn Sink = match &direct {
+            Some(d) => d,
+            None => &file,
+        };
         let shape = self.shape(start, u64::MAX - start);
         let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate)
             .skipping_digests(!opts.verify);
@@ -339,7 +359,7 @@ impl Copier {
         self.started(path, 0);
         let got =
             self.client(server)?
-                .get(path, shape, opts.streams, &file, &shared, &mut |s, len| {
+                .get(path, shape, opts.streams, sink, &shared, &mut |s, len| {
                     size = s;
                     progress.total.fetch_add(len, Ordering::Relaxed);
                     Ok(())

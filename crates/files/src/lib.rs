@@ -26,6 +26,7 @@ pub mod confine;
 pub mod copy;
 pub mod credit;
 pub mod data;
+pub mod direct;
 pub mod error;
 pub mod lane;
 pub mod meter;

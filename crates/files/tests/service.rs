@@ -209,6 +209,27 @@ fn a_large_file_round_trips_with_parallel_streams() {
 }
 
 #[test]
+fn a_download_written_past_the_page_cache_is_whole() {
+    let f = serve(false, Limits::default());
+    // Whole chunks go by direct I/O, the ragged tail through the cache.
+    let data = pattern((8 << 20) + 1234, 5);
+    std::fs::write(f.root().join("d"), &data).unwrap();
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let mut opts = f.options(transport);
+        (opts.streams, opts.direct) = (2, true);
+        let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+        let back = f.local().join(format!("d.{transport:?}"));
+        let r = c.copy(&f.url("d"), &Location::Local(back.clone())).unwrap();
+        assert_eq!(r.bytes, data.len() as u64);
+        assert!(
+            std::fs::read(&back).unwrap() == data,
+            "{transport:?}: differs"
+        );
+    }
+    no_partials(f.dir.path());
+}
+
+#[test]
 fn directories_copy_both_ways_and_metadata_ops_work() {
     let f = serve(false, Limits::default());
     let tree = f.local().join("tree");
