@@ -66,6 +66,10 @@ pub struct Row {
     pub cp_down: f64,
     /// cp up / (N x the one-gateway striped figure).
     pub ratio_cp_up: f64,
+    /// `macrolink cp --direct` up: past the server's page cache, MB/s.
+    pub cp_up_direct: f64,
+    /// cp up with direct I/O / (N x the one-gateway striped figure).
+    pub ratio_cp_up_direct: f64,
     /// cp down / (N x the one-gateway striped figure).
     pub ratio_cp_down: f64,
     /// `macrolink cp --direct` down: past the page cache, MB/s.
@@ -281,6 +285,9 @@ pub fn striped(
 pub struct LaneCopy {
     /// Upload, MB/s, as `cp` timed it.
     pub up: f64,
+    /// The same upload written past the server's page cache (`cp
+    /// --direct`), MB/s.
+    pub up_direct: f64,
     /// Download, MB/s.
     pub down: f64,
     /// The same download written past the page cache (`cp --direct`),
@@ -289,9 +296,9 @@ pub struct LaneCopy {
     /// The same download into `/dev/null`: the lane and cp without a file
     /// system, MB/s.
     pub down_null: f64,
-    /// Chunks each gateway carried (by node): up, down, down with direct
-    /// I/O, down to `/dev/null`.
-    pub carried: [Vec<(u32, u64)>; 4],
+    /// Chunks each gateway carried (by node): up, up with direct I/O,
+    /// down, down with direct I/O, down to `/dev/null`.
+    pub carried: [Vec<(u32, u64)>; 5],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -421,20 +428,32 @@ pub fn files_through(
     };
     let mut out = LaneCopy::default();
     let before = links()?;
-    for (k, (from, to)) in [
-        (src.display().to_string(), "ml://store0/f".to_string()),
-        ("ml://store0/f".to_string(), back.display().to_string()),
-        ("ml://store0/f".to_string(), direct.display().to_string()),
-        ("ml://store0/f".to_string(), "/dev/null".to_string()),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    let copies = [
+        (
+            src.display().to_string(),
+            "ml://store0/f".to_string(),
+            false,
+        ),
+        (src.display().to_string(), "ml://store0/g".to_string(), true),
+        (
+            "ml://store0/f".to_string(),
+            back.display().to_string(),
+            false,
+        ),
+        (
+            "ml://store0/f".to_string(),
+            direct.display().to_string(),
+            true,
+        ),
+        ("ml://store0/f".to_string(), "/dev/null".to_string(), false),
+    ];
+    let mut rates = [0.0; 5];
+    for (k, (from, to, past_cache)) in copies.into_iter().enumerate() {
         let o = Command::new("ip")
             .args(["netns", "exec", &tb.compute()])
             .arg(exe)
             .args(["cp", &from, &to])
-            .args((k == 2).then_some("--direct"))
+            .args(past_cache.then_some("--direct"))
             .arg("--cluster")
             .arg(&cluster)
             .arg("--shm-dir")
@@ -447,19 +466,21 @@ pub fn files_through(
         }
         let (rate, per) = copied(&err)?;
         if k == 0 {
-            out.up = rate;
             out.link_bytes = links()?.iter().zip(&before).map(|(a, b)| a - b).collect();
-        } else if k == 1 {
-            out.down = rate;
-        } else if k == 2 {
-            out.down_direct = rate;
-        } else {
-            out.down_null = rate;
         }
+        rates[k] = rate;
         out.carried[k] = per;
     }
+    [
+        out.up,
+        out.up_direct,
+        out.down,
+        out.down_direct,
+        out.down_null,
+    ] = rates;
     out.fs_write = write_rate(&dir.path().join("local"), &data)?;
     if std::fs::read(export.join("f"))? != data
+        || std::fs::read(export.join("g"))? != data
         || std::fs::read(&back)? != data
         || std::fs::read(&direct)? != data
     {
@@ -472,13 +493,14 @@ pub fn files_through(
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 9] = [
+    let picks: [(&str, Pick); 10] = [
         ("N x one gateway", |_| None),
         ("macrolink, one striped transfer", |r| Some(r.macrolink)),
         ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
         ("kernel ECMP, iperf3 1 flow", |r| r.kernel_1_flow),
         ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
         ("macrolink cp up", |r| Some(r.cp_up)),
+        ("macrolink cp --direct up", |r| Some(r.cp_up_direct)),
         ("macrolink cp down", |r| Some(r.cp_down)),
         ("macrolink cp --direct down", |r| Some(r.cp_down_direct)),
         ("macrolink cp down into /dev/null", |r| Some(r.cp_down_null)),
@@ -573,6 +595,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_up: cp.up,
             cp_down: cp.down,
             ratio_cp_up: cp.up / (n as f64 * one),
+            cp_up_direct: cp.up_direct,
+            ratio_cp_up_direct: cp.up_direct / (n as f64 * one),
             ratio_cp_down: cp.down / (n as f64 * one),
             cp_down_direct: cp.down_direct,
             ratio_cp_down_direct: cp.down_direct / (n as f64 * one),
@@ -587,7 +611,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         a.rate, a.mib
     );
     println!(
-        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15} {:>10} {:>12} {:>10} {:>12} {:>9} {:>15} {:>12} {:>13} {:>12}",
+        "{:>8} {:>14} {:>12} {:>17} {:>12} {:>14} {:>15}",
         "gateways",
         "macrolink MB/s",
         "/ (N x one)",
@@ -595,19 +619,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "/ (N x one)",
         "kernel 1 flow",
         "kernel 8 flows",
-        "cp up",
-        "/ (N x one)",
-        "cp down",
-        "/ (N x one)",
-        "fs write",
-        "cp down direct",
-        "/ (N x one)",
-        "cp down null",
-        "/ (N x one)"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15} {:>10.1} {:>12.2} {:>10.1} {:>12.2} {:>9.1} {:>15.1} {:>12.2} {:>13.1} {:>12.2}",
+            "{:>8} {:>14.1} {:>12.2} {:>17.1} {:>12.2} {:>14} {:>15}",
             r.gateways,
             r.macrolink,
             r.ratio_to_n_links,
@@ -615,15 +630,24 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.ratio_8_flows,
             f(r.kernel_1_flow),
             f(r.kernel_8_flows),
-            r.cp_up,
-            r.ratio_cp_up,
-            r.cp_down,
-            r.ratio_cp_down,
+        );
+    }
+    println!("cp of the same file through the lane, MB/s and / (N x one):");
+    println!(
+        "{:>8} {:>16} {:>16} {:>16} {:>16} {:>16} {:>9}",
+        "gateways", "up", "up --direct", "down", "down --direct", "down /dev/null", "fs write"
+    );
+    for r in &rows {
+        let c = |mbs: f64, ratio: f64| format!("{mbs:.1} {ratio:.2}");
+        println!(
+            "{:>8} {:>16} {:>16} {:>16} {:>16} {:>16} {:>9.1}",
+            r.gateways,
+            c(r.cp_up, r.ratio_cp_up),
+            c(r.cp_up_direct, r.ratio_cp_up_direct),
+            c(r.cp_down, r.ratio_cp_down),
+            c(r.cp_down_direct, r.ratio_cp_down_direct),
+            c(r.cp_down_null, r.ratio_cp_down_null),
             r.fs_write,
-            r.cp_down_direct,
-            r.ratio_cp_down_direct,
-            r.cp_down_null,
-            r.ratio_cp_down_null
         );
     }
     println!(
@@ -638,9 +662,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     println!(
         "cp's files live in {} ({}); fs write: the same bytes written from memory to a file \
          beside them in 1 MiB writes, right after the copies, what that file system takes with no \
-         network (cp cannot beat it; --dir puts the files elsewhere); cp down direct: the same \
-         download with --direct, written past the page cache; cp down null: the same download \
-         into /dev/null, what the lane and cp carry with no file system on the client.",
+         network (cp cannot beat it; --dir puts the files elsewhere); --direct: written past the \
+         page cache (O_DIRECT), by the server up, by cp down; /dev/null: the download into \
+         nothing, what the lane and cp carry with no file system on the client.",
         files.display(),
         fs_type(&files)
     );

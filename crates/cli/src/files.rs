@@ -211,10 +211,11 @@ pub struct CpArgs {
     /// Count the copy done only once the data is on stable storage (fsync).
     #[arg(long)]
     sync: bool,
-    /// Write downloaded files with direct I/O (O_DIRECT), past the page
-    /// cache: for files larger than memory, or a host whose page cache
-    /// fills slower than its disk writes. A file system without direct I/O
-    /// gets ordinary writes, with a warning.
+    /// Write the copy with direct I/O (O_DIRECT), past the page cache: a
+    /// download here, an upload on the server. For files larger than
+    /// memory, or hosts whose page cache fills slower than their disks
+    /// write. A file system without direct I/O gets ordinary writes, with
+    /// a warning (in the server's log for an upload).
     #[arg(long)]
     direct: bool,
     /// Skip the end-to-end checksum (no chunk is hashed on either side).

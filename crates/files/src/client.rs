@@ -93,6 +93,8 @@ pub struct Client {
     lane: Option<lane::Route>,
     /// Reached through a relay pair: the storage host's name for errors.
     relayed: Option<String>,
+    /// Uploads ask the server to write past its page cache.
+    direct: bool,
 }
 
 fn connection(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -191,7 +193,15 @@ impl Client {
             next_ep: AtomicU32::new(1),
             lane,
             relayed: via.map(|_| name.to_string()),
+            direct: false,
         })
+    }
+
+    /// Uploads from now on ask the server to write the file past its page
+    /// cache (`O_DIRECT`, see [`crate::direct`]), where its file system
+    /// does direct I/O.
+    pub fn set_direct(&mut self, on: bool) {
+        self.direct = on;
     }
 
     /// Refuses file data that would have to go straight across a relay
@@ -469,6 +479,7 @@ impl Client {
             landing,
             verify: !shared.no_digests,
             lane,
+            direct: self.direct,
         })? {
             Reply::Receiving { streams } if streams.len() == n as usize => streams,
             r => return Err(unexpected(r)),

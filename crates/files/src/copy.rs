@@ -100,8 +100,8 @@ pub struct CopyOptions {
     pub resume: bool,
     /// Make the data durable before the copy counts as done.
     pub sync: bool,
-    /// Write downloaded files past the page cache (`O_DIRECT`, see
-    /// [`direct`](crate::direct)).
+    /// Write files past the page cache (`O_DIRECT`, see
+    /// [`direct`](crate::direct)): downloads here, uploads on the server.
     pub direct: bool,
     /// Copy directories with everything in them.
     pub recursive: bool,
@@ -226,7 +226,8 @@ impl Copier {
     /// The connection to `server`, made on first use.
     pub fn client(&mut self, server: &str) -> Result<&mut Client> {
         if !self.clients.contains_key(server) {
-            let c = Client::connect(server, &self.secret, &self.opts.client)?;
+            let mut c = Client::connect(server, &self.secret, &self.opts.client)?;
+            c.set_direct(self.opts.direct);
             self.clients.insert(server.to_string(), c);
         }
         Ok(self.clients.get_mut(server).expect("inserted above"))
@@ -338,7 +339,7 @@ impl Copier {
             claim_local(&part, start > 0)?
         };
         let direct = if opts.direct && !device {
-            DirectFile::open(&part, &file).map_err(|e| Error::local(part.display(), e))?
+            DirectFile::open(&file).map_err(|e| Error::local(part.display(), e))?
         } else {
             None
         };

@@ -18,8 +18,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 use std::sync::Mutex;
 
 use crate::data::Sink;
@@ -39,15 +39,17 @@ pub struct DirectFile {
 }
 
 impl DirectFile {
-    /// Opens `path` a second time, for direct writes, beside `file`, the
-    /// same file open for ordinary ones (which the parts out of line go
-    /// through). `Ok(None)` when the file system does not do direct I/O
-    /// (tmpfs before Linux 6.6, some FUSE ones).
-    pub fn open(path: &Path, file: &File) -> io::Result<Option<DirectFile>> {
+    /// Opens `file` a second time, for direct writes (through
+    /// `/proc/self/fd`: the same file, whatever its name now, with no path
+    /// to resolve again), beside the ordinary one, which the parts out of
+    /// line go through. `Ok(None)` when the file system does not do direct
+    /// I/O (tmpfs before Linux 6.6, some FUSE ones).
+    pub fn open(file: &File) -> io::Result<Option<DirectFile>> {
+        let again = format!("/proc/self/fd/{}", file.as_raw_fd());
         match OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_DIRECT)
-            .open(path)
+            .open(again)
         {
             Ok(direct) => Ok(Some(DirectFile {
                 direct,
@@ -110,7 +112,7 @@ mod tests {
             .truncate(true)
             .open(&path)
             .unwrap();
-        let f = DirectFile::open(&path, &buffered)
+        let f = DirectFile::open(&buffered)
             .unwrap()
             .unwrap_or_else(|| panic!("{}: no direct I/O here", path.display()));
         // 1 MiB chunks of a file of 3 MiB and 1,000 bytes, out of order,

@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol; a server refuses clients of another.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Largest request a server reads.
 pub const MAX_REQUEST: usize = 64 << 10;
 /// Largest reply a client reads (a long directory listing).
@@ -245,6 +245,9 @@ pub enum Request {
         /// Through I/O gateways: the server answers with one stream end,
         /// its receiving endpoint and the transfer id it accepts.
         lane: Option<Lane>,
+        /// Write the file past the page cache (`O_DIRECT`) where the file
+        /// system does direct I/O (see [`crate::direct`]).
+        direct: bool,
     },
     /// Ends a `Put`: every byte has been sent.
     Commit {
@@ -527,6 +530,7 @@ mod tests {
             landing: Landing::Replace { keep_partial: true },
             verify: false,
             lane: None,
+            direct: true,
         });
         round_trip(Reply::Sending {
             size: 3,

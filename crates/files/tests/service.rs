@@ -209,21 +209,31 @@ fn a_large_file_round_trips_with_parallel_streams() {
 }
 
 #[test]
-fn a_download_written_past_the_page_cache_is_whole() {
+fn copies_written_past_the_page_cache_are_whole_both_ways() {
     let f = serve(false, Limits::default());
     // Whole chunks go by direct I/O, the ragged tail through the cache.
     let data = pattern((8 << 20) + 1234, 5);
-    std::fs::write(f.root().join("d"), &data).unwrap();
+    let src = f.local().join("d");
+    std::fs::write(&src, &data).unwrap();
     for transport in [Transport::Shm, Transport::Tcp] {
         let mut opts = f.options(transport);
         (opts.streams, opts.direct) = (2, true);
         let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
-        let back = f.local().join(format!("d.{transport:?}"));
-        let r = c.copy(&f.url("d"), &Location::Local(back.clone())).unwrap();
+        let name = format!("d.{transport:?}");
+        let r = c
+            .copy(&Location::Local(src.clone()), &f.url(&name))
+            .unwrap();
+        assert_eq!(r.bytes, data.len() as u64);
+        let up = std::fs::read(f.root().join(&name)).unwrap();
+        assert!(up == data, "{transport:?}: the upload differs");
+        let back = f.local().join(format!("{name}.back"));
+        let r = c
+            .copy(&f.url(&name), &Location::Local(back.clone()))
+            .unwrap();
         assert_eq!(r.bytes, data.len() as u64);
         assert!(
             std::fs::read(&back).unwrap() == data,
-            "{transport:?}: differs"
+            "{transport:?}: the download differs"
         );
     }
     no_partials(f.dir.path());

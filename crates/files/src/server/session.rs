@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::thread;
 
 use super::{OpenFile, Shared};
-use crate::data::{self, gather, join, DataError, Receiver, Sender};
+use crate::data::{self, gather, join, DataError, Receiver, Sender, Sink};
+use crate::direct::DirectFile;
 use crate::lane::{self, Far};
 use crate::ops::{Failure, OpResult};
 use crate::proto::{self, Code, FabricInfo, Landing, Lane, Reply, Request, Shape, StreamEnd};
@@ -139,7 +140,10 @@ impl Session {
                 landing,
                 verify,
                 lane,
-            } => self.put(&path, size, shape, streams, sync, landing, verify, lane)?,
+                direct,
+            } => self.put(
+                &path, size, shape, streams, sync, landing, verify, lane, direct,
+            )?,
             Request::Auth { .. } | Request::Commit { .. } => self.reply(failure(Failure::new(
                 Code::BadRequest,
                 "request out of turn",
@@ -306,6 +310,7 @@ impl Session {
         landing: Landing,
         verify: bool,
         lane: Option<Lane>,
+        direct: bool,
     ) -> Result<(), End> {
         let keep_partial = matches!(landing, Landing::Replace { keep_partial: true });
         let opened = (|| {
@@ -366,11 +371,28 @@ impl Session {
                 }],
             },
         })?;
+        // Asked for and possible: written past the page cache.
+        let past_cache = if direct {
+            let d = DirectFile::open(&file).unwrap_or_else(|e| {
+                tracing::warn!("{path}: direct I/O failed ({e})");
+                None
+            });
+            if d.is_none() {
+                tracing::warn!("{path}: written through the page cache, not past it");
+            }
+            d
+        } else {
+            None
+        };
+        let sink: &dyn Sink = match &past_cache {
+            Some(d) => d,
+            None => &file,
+        };
         let shared = data::Shared::default().skipping_digests(!verify);
         let done = AtomicBool::new(false);
         let client = self.client.node;
         let (results, commit) = thread::scope(|scope| {
-            let (file, shared, shape, done) = (&file, &shared, &shape, &done);
+            let (file, shared, shape, done) = (sink, &shared, &shape, &done);
             let handles: Vec<_> = match ends {
                 Ends::Streams(receivers) => receivers
                     .into_iter()
