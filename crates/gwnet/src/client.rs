@@ -1,5 +1,12 @@
 //! The compute side: one transfer striped over every live gateway, with
-//! heartbeats, failover and an end-to-end hash check.
+//! heartbeats, failover and an end-to-end hash check. (A file server that
+//! sends a download through a lane runs the same loop.)
+//!
+//! A chunk goes to the next gateway in turn whose connection can take it
+//! at once ([`Endpoint::can_take`]): the write of a chunk waits until the
+//! connection has taken all of it, and a sender whose own links are the
+//! slow ones would otherwise wait on one full connection while the others
+//! ran dry.
 
 use macrolink_cluster::Cluster;
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
