@@ -338,17 +338,9 @@ impl Copier {
         } else {
             claim_local(&part, start > 0)?
         };
-        let direct = if opts.direct && !device {
-            DirectFile::open(&file).map_err(|e| Error::local(part.display(), e))?
-        } else {
-            None
-        };
-        if opts.direct && !device && direct.is_none() {
-            tracing::warn!(
-                "{}: the file system does not do direct I/O; written through the page cache",
-                to.display()
-            );
-        }
+        let direct = (opts.direct && !device)
+            .then(|| DirectFile::wanted(&file, &to.display()))
+            .flatten();
         let sink: &dyn Sink = match &direct {
             Some(d) => d,
             None => &file,

@@ -61,6 +61,21 @@ impl DirectFile {
         }
     }
 
+    /// [`open`](Self::open) for a copy that asked for direct writes:
+    /// where the file system does not do them, or the second descriptor
+    /// cannot be had, says so and gives `None`, and the copy goes on
+    /// through the page cache.
+    pub fn wanted(file: &File, name: &dyn std::fmt::Display) -> Option<DirectFile> {
+        let d = DirectFile::open(file).unwrap_or_else(|e| {
+            tracing::warn!("{name}: direct I/O failed ({e})");
+            None
+        });
+        if d.is_none() {
+            tracing::warn!("{name}: written through the page cache, not past it");
+        }
+        d
+    }
+
     fn write_direct(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let spare = self.spare.lock().map(|mut s| s.pop());
         let mut buf = spare.ok().flatten().unwrap_or_default();

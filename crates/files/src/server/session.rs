@@ -372,18 +372,7 @@ impl Session {
             },
         })?;
         // Asked for and possible: written past the page cache.
-        let past_cache = if direct {
-            let d = DirectFile::open(&file).unwrap_or_else(|e| {
-                tracing::warn!("{path}: direct I/O failed ({e})");
-                None
-            });
-            if d.is_none() {
-                tracing::warn!("{path}: written through the page cache, not past it");
-            }
-            d
-        } else {
-            None
-        };
+        let past_cache = direct.then(|| DirectFile::wanted(&file, &path)).flatten();
         let sink: &dyn Sink = match &past_cache {
             Some(d) => d,
             None => &file,
@@ -392,13 +381,13 @@ impl Session {
         let done = AtomicBool::new(false);
         let client = self.client.node;
         let (results, commit) = thread::scope(|scope| {
-            let (file, shared, shape, done) = (sink, &shared, &shape, &done);
+            let (shared, shape, done) = (&shared, &shape, &done);
             let handles: Vec<_> = match ends {
                 Ends::Streams(receivers) => receivers
                     .into_iter()
                     .enumerate()
                     .map(|(s, r)| {
-                        scope.spawn(move || r.run(shape, s as u32, streams, file, shared))
+                        scope.spawn(move || r.run(shape, s as u32, streams, sink, shared))
                     })
                     .collect(),
                 Ends::Lane(mut ep, key) => {
@@ -409,7 +398,7 @@ impl Session {
                             peer,
                             key,
                         };
-                        lane::receive(&mut ep, far, shape, file, shared, done, false)
+                        lane::receive(&mut ep, far, shape, sink, shared, done, false)
                             .map(|(d, _)| d)
                     })]
                 }
