@@ -55,9 +55,7 @@ fn a_service_ends_once_every_compute_host_is_done_and_not_before() {
 fn a_service_that_does_not_wait_counts_as_answered_and_a_dead_one_does_not() {
     // Node 22 runs but has no done endpoint; node 23's address has nobody.
     let plain = node(22, &[]);
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_at = dead.local_addr().unwrap();
-    drop(dead);
+    let (_hold, dead_at) = macrolink_testbed::refusing::refusing_addr().unwrap();
     let n = node(1, &[(22, plain.tcp_addr().unwrap()), (23, dead_at)]);
     let mut ep = n.open(1, done::endpoint_config()).unwrap();
     let left = done::announce(&mut ep, &[22, 23], Duration::from_millis(500));

@@ -169,9 +169,7 @@ fn a_relay_spreads_over_its_rails_and_gives_up_a_dead_one() {
     // address where nothing listens.
     let sink = start_sink("0.0.0.0:0");
     let port = sink.port();
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
+    let (_hold, dead_addr) = macrolink_testbed::refusing::refusing_addr().unwrap();
     let rails = [
         (SINK, dead_addr),
         (SINK, SocketAddr::from(([127, 0, 0, 1], port))),

@@ -22,6 +22,7 @@ pub mod data;
 pub mod netns;
 pub mod peer;
 pub mod ready;
+pub mod refusing;
 pub mod require;
 pub mod site;
 pub mod undo;
