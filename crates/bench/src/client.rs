@@ -74,6 +74,24 @@ const PROBE: u64 = 16;
 /// At most this many bytes each way in a warm-up of large messages.
 const WARM_UP_BYTES: u64 = 64 << 20;
 
+/// Most messages in one bandwidth run.
+const MAX_COUNT: u64 = 5_000_000;
+/// Most warm-up runs before a bandwidth run.
+const WARM_ROUNDS: usize = 8;
+
+/// After a warm-up run of `count` messages that took `took` seconds, for a
+/// run of `secs`: the count of the next warm-up while this one was too
+/// short to time (under a twentieth of `secs`), grown towards that mark by
+/// at most tenfold; `None` once it was long enough, or cannot grow.
+fn warm_again(count: u64, took: f64, secs: f64) -> Option<u64> {
+    let mark = secs / 20.0;
+    if took >= mark || count >= MAX_COUNT {
+        return None;
+    }
+    let grow = if took > 0.0 { (mark / took).clamp(2.0, 10.0) } else { 10.0 };
+    Some(((count as f64 * grow).ceil() as u64).min(MAX_COUNT))
+}
+
 fn pct(cpu: u64, wall: u64) -> f64 {
     if wall == 0 {
         0.0
@@ -242,19 +260,26 @@ impl Client {
         Ok(row)
     }
 
-    /// Picks a message count that makes a run last about `secs`, from a short
-    /// warm-up run (which also warms the path).
+    /// Picks a message count that makes a run last about `secs`, from
+    /// warm-up runs (which also warm the path) grown until one lasts long
+    /// enough that a run's fixed costs (its start and end exchanges, a
+    /// region's first mapping) no longer count: a count taken from eight
+    /// 1 MB puts made a one-second figure last 15 ms.
     pub fn calibrate(&mut self, spec: BwSpec, secs: f64) -> Result<u64> {
         if spec.mode == Mode::Datagram && spec.size > self.mtu {
             return Ok(0);
         }
-        let warm = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
-        let r = self.bandwidth(BwSpec {
-            count: warm,
-            ..spec
-        })?;
-        let per = r.seconds / r.delivered.max(1) as f64;
-        Ok(((secs / per.max(1e-9)) as u64).clamp(16, 5_000_000))
+        let mut count = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
+        for _ in 0..WARM_ROUNDS {
+            let r = self.bandwidth(BwSpec { count, ..spec })?;
+            let took = r.seconds;
+            let per = took / r.delivered.max(1) as f64;
+            match warm_again(count, took, secs) {
+                Some(next) => count = next,
+                None => return Ok(((secs / per.max(1e-9)) as u64).clamp(16, MAX_COUNT)),
+            }
+        }
+        Ok(count.clamp(16, MAX_COUNT))
     }
 
     /// A latency test: `count` iterations of `test` with messages of `size`.
@@ -593,6 +618,28 @@ pub fn test_name(t: Test) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bandwidth_warm_up_grows_until_it_lasts_a_twentieth_of_the_run() {
+        // Eight 1 MB puts in 1 ms, most of it the run's start and end: ten
+        // times more, then as many again as the mark still asks.
+        assert_eq!(warm_again(8, 0.001, 1.0), Some(80));
+        assert_eq!(warm_again(80, 0.02, 1.0), Some(200));
+        assert_eq!(warm_again(200, 0.05, 1.0), None);
+        // Never less than twice, never past the largest run.
+        assert_eq!(warm_again(100, 0.049, 1.0), Some(200));
+        assert_eq!(warm_again(4_000_000, 0.0, 1.0), Some(MAX_COUNT));
+        assert_eq!(warm_again(MAX_COUNT, 0.0, 1.0), None);
+        // The rounds end: from the smallest count, eight rounds reach the
+        // largest run even when every warm-up takes no time at all.
+        let (mut c, mut rounds) = (8, 0);
+        while let Some(n) = warm_again(c, 0.0, 1.0) {
+            assert!(n > c);
+            c = n;
+            rounds += 1;
+        }
+        assert!(rounds <= WARM_ROUNDS, "{rounds}");
+    }
 
     #[test]
     fn a_warm_up_goes_once_round_the_ring_and_stays_within_its_bounds() {

@@ -187,6 +187,17 @@ fn alternated(
     Ok((ours, side(&b)))
 }
 
+/// Iterations of a peer's bandwidth run of `size`-byte messages: as many
+/// bytes as ours moved (`ours` MB/s for `secs`), both sides timed over the
+/// same stretch of the machine; never fewer than `floor` MB/s would move in
+/// that time, for a peer slower than ours to reach its pace (`ucx_perftest`
+/// warms up over a tenth of its iterations, and its tcp puts of 4 MB took
+/// 5.3 s for 302 and 10.9 s for 2,500: 230 against 890 MiB/s overall).
+fn peer_iters(ours: Option<f64>, floor: f64, secs: f64, size: usize) -> u64 {
+    let mb_s = ours.map_or(floor, |v| v.max(floor));
+    ((mb_s * 1e6 * secs / size.max(1) as f64) as u64).clamp(100, 10_000_000)
+}
+
 /// Runs every figure, ours against a target started from `exe`.
 pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let tools = [ucx_perftest::TOOL, iperf3::TOOL, sockperf::TOOL];
@@ -241,7 +252,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     for size in [1_000_000usize, 4_000_000] {
         eprintln!("shm put {size} B ...");
         let ours = bw(&mut s, Transport::Shm, Mode::Put, Completion::Poll, size)?.mb_per_s;
-        let iters = ((secs * 20_000_000_000.0 / size as f64) as u64).max(100);
+        let iters = peer_iters(ours, 20_000.0, secs, size);
         let theirs = has_ucx
             .then(|| opt(ucx("posix,cma,self", "ucp_put_bw", size, iters).map(|f| f.mb_per_s)))
             .flatten();
@@ -338,7 +349,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             1_000_000,
         )?
         .mb_per_s;
-        let iters = (secs * 4000.0) as u64 + 100;
+        let iters = peer_iters(ours, 4_000.0, secs, 1_000_000);
         let theirs = opt(ucx("tcp", "tag_bw", 1_000_000, iters).map(|f| f.mb_per_s));
         rows.push(
             row(
@@ -420,7 +431,6 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     // medians: one run of either moves by a fifth with the machine.
     {
         let size = 1_000_000usize;
-        let iters = ((secs * 8_000_000_000.0 / size as f64) as u64).max(100);
         const TLS: &str = "posix,cma,self";
         // The receiving side's CPU time beyond UCX's start-up: from a run
         // of a few iterations made the same way.
@@ -440,6 +450,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             ours.extend(r.mb_per_s);
             ours_cpu.extend(r.cpu_target);
             if has_ucx {
+                let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
                 let f = opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters));
                 theirs.extend(f.map(|f| f.mb_per_s));
                 let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
@@ -555,7 +566,7 @@ fn ucx_rows(
             sweep::Bandwidth::one(Transport::Ucx, Mode::Put, Completion::Poll, size, a.seconds)
                 .run(s.client())?;
         let ours = r.pop().and_then(|r| r.mb_per_s);
-        let iters = ((a.seconds * 10_000_000_000.0 / size as f64) as u64).max(100);
+        let iters = peer_iters(ours, 10_000.0, a.seconds, size);
         let theirs = opt(ucx_perftest::run(tls, "ucp_put_bw", size, iters).map(|f| f.mb_per_s));
         rows.push(
             row(
@@ -618,6 +629,18 @@ pub fn table(rows: &[Row]) -> String {
 mod tests {
     use super::*;
     use std::cell::RefCell;
+
+    #[test]
+    fn a_peers_bandwidth_run_moves_what_ours_moved_and_no_less_than_its_floor() {
+        // Ours moved 66 GB/s for a second: 66,000 puts of 1 MB for theirs.
+        assert_eq!(peer_iters(Some(66_000.0), 20_000.0, 1.0, 1_000_000), 66_000);
+        // Ours slower than the floor, or no figure of ours: the floor.
+        assert_eq!(peer_iters(Some(1_200.0), 10_000.0, 1.0, 4_000_000), 2_500);
+        assert_eq!(peer_iters(None, 20_000.0, 0.5, 4_000_000), 2_500);
+        // Bounded both ways.
+        assert_eq!(peer_iters(Some(1.0), 1.0, 0.1, 4_000_000), 100);
+        assert_eq!(peer_iters(Some(1e9), 1.0, 10.0, 1), 10_000_000);
+    }
 
     #[test]
     fn latency_runs_alternate_and_each_side_keeps_its_median() {
