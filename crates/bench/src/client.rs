@@ -88,7 +88,11 @@ fn warm_again(count: u64, took: f64, secs: f64) -> Option<u64> {
     if took >= mark || count >= MAX_COUNT {
         return None;
     }
-    let grow = if took > 0.0 { (mark / took).clamp(2.0, 10.0) } else { 10.0 };
+    let grow = if took > 0.0 {
+        (mark / took).clamp(2.0, 10.0)
+    } else {
+        10.0
+    };
     Some(((count as f64 * grow).ceil() as u64).min(MAX_COUNT))
 }
 

@@ -190,9 +190,9 @@ fn alternated(
 /// Iterations of a peer's bandwidth run of `size`-byte messages: as many
 /// bytes as ours moved (`ours` MB/s for `secs`), both sides timed over the
 /// same stretch of the machine; never fewer than `floor` MB/s would move in
-/// that time, for a peer slower than ours to reach its pace (`ucx_perftest`
-/// warms up over a tenth of its iterations, and its tcp puts of 4 MB took
-/// 5.3 s for 302 and 10.9 s for 2,500: 230 against 890 MiB/s overall).
+/// that time, for a peer slower than ours to reach its pace (`ucx_perftest`'s
+/// tcp puts of 4 MB start slowly: 302 of them took 5.3 s, 2,500 took 10.9 s,
+/// 230 against 890 MiB/s overall).
 fn peer_iters(ours: Option<f64>, floor: f64, secs: f64, size: usize) -> u64 {
     let mb_s = ours.map_or(floor, |v| v.max(floor));
     ((mb_s * 1e6 * secs / size.max(1) as f64) as u64).clamp(100, 10_000_000)
