@@ -4,10 +4,21 @@ pub use macrolink_fabric::clock_ns;
 
 /// CPU time (user + system) this process has used, in nanoseconds.
 pub fn cpu_ns() -> u64 {
+    usage_ns(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user + system) of this process's children that have ended
+/// and been waited for, in nanoseconds: across the run of a child and
+/// nothing else, that child's.
+pub fn children_cpu_ns() -> u64 {
+    usage_ns(libc::RUSAGE_CHILDREN)
+}
+
+fn usage_ns(who: libc::c_int) -> u64 {
     // SAFETY: rusage is plain data; zeroed is a valid value to overwrite.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid, writable rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(who, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
@@ -32,5 +43,23 @@ impl Mark {
     pub fn since(self) -> (u64, u64) {
         let now = Mark::now();
         (now.cpu - self.cpu, now.wall - self.wall)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_child_that_ended_is_counted_with_the_children() {
+        let before = super::children_cpu_ns();
+        let spin = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+        let st = std::process::Command::new("sh")
+            .args(["-c", spin])
+            .status()
+            .expect("sh runs");
+        assert!(st.success());
+        let used = super::children_cpu_ns() - before;
+        assert!(used > 10_000_000, "{used} ns");
+        // Not counted as this process's own.
+        assert!(super::cpu_ns() < used * 100);
     }
 }

@@ -26,6 +26,9 @@ pub struct Figures {
     /// receiving side's of a `tag_bw` run. Read for sleeping runs only;
     /// `None` where it was not or could not be.
     pub server_cpu: Option<Duration>,
+    /// The client's CPU time over its life: the sending side's of a
+    /// `tag_bw` run. Read for sleeping runs only.
+    pub client_cpu: Option<Duration>,
 }
 
 impl Figures {
@@ -34,7 +37,16 @@ impl Figures {
     /// start-up, its connection and its ending, which take some tenths of
     /// a second of CPU time), over this run's time.
     pub fn server_cpu_pct(&self, short: &Figures) -> Option<f64> {
-        let extra = self.server_cpu?.as_secs_f64() - short.server_cpu?.as_secs_f64();
+        self.pct_beyond(self.server_cpu?, short.server_cpu?, short)
+    }
+
+    /// The same for the client.
+    pub fn client_cpu_pct(&self, short: &Figures) -> Option<f64> {
+        self.pct_beyond(self.client_cpu?, short.client_cpu?, short)
+    }
+
+    fn pct_beyond(&self, cpu: Duration, short_cpu: Duration, short: &Figures) -> Option<f64> {
+        let extra = cpu.as_secs_f64() - short_cpu.as_secs_f64();
         (self.secs > short.secs).then(|| 100.0 * extra.max(0.0) / (self.secs - short.secs))
     }
 }
@@ -68,6 +80,8 @@ fn run_with(
             .env("UCX_TLS", tls),
         Duration::from_millis(400),
     )?;
+    // The client is the one child that ends and is waited for meanwhile.
+    let children = crate::clock::children_cpu_ns();
     let out = output(
         Command::new(TOOL.program)
             .args(["127.0.0.1", "-p", &port, "-t", test])
@@ -83,11 +97,13 @@ fn run_with(
             .env("UCX_TLS", tls),
         Duration::from_secs(120),
     )?;
+    let client = crate::clock::children_cpu_ns().saturating_sub(children);
     let mut f = parse(&out).with_context(|| format!("ucx_perftest said: {out}"))?;
     // The server ends by itself after one run; its CPU time is what an
     // event-driven receiver costs (a busy one's is all of a core).
     if sleeping {
         f.server_cpu = server.cpu_at_exit(Duration::from_secs(10));
+        f.client_cpu = Some(Duration::from_nanos(client));
     }
     Ok(f)
 }
@@ -110,6 +126,7 @@ pub fn parse(out: &str) -> Option<Figures> {
         mb_per_s: f[5] * 1.048_576,
         secs: f[0] * f[3] / 1e6,
         server_cpu: None,
+        client_cpu: None,
     })
 }
 
@@ -129,17 +146,22 @@ mod tests {
     }
 
     #[test]
-    fn the_servers_cpu_during_a_run_leaves_its_start_up_out() {
+    fn each_sides_cpu_during_a_run_leaves_its_start_up_out() {
         let run = |secs: f64, cpu: Option<f64>| super::Figures {
             median_us: 1.0,
             mb_per_s: 1.0,
             secs,
             server_cpu: cpu.map(std::time::Duration::from_secs_f64),
+            client_cpu: cpu.map(|c| std::time::Duration::from_secs_f64(c / 2.0)),
         };
         let short = run(0.001, Some(0.16));
         let pct = run(2.001, Some(1.16)).server_cpu_pct(&short).unwrap();
         assert!((pct - 50.0).abs() < 1e-6, "{pct}");
+        // The client's is read the same way, from its own figures.
+        let pct = run(2.001, Some(1.16)).client_cpu_pct(&short).unwrap();
+        assert!((pct - 25.0).abs() < 1e-6, "{pct}");
         assert_eq!(run(2.0, None).server_cpu_pct(&short), None);
+        assert_eq!(run(2.0, None).client_cpu_pct(&short), None);
         assert_eq!(run(0.001, Some(1.0)).server_cpu_pct(&short), None);
     }
 }
