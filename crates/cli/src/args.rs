@@ -135,6 +135,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     parse_size::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// Sizes given as `4KiB,64KiB`; none for an empty list (`""`).
+#[derive(Debug, Clone)]
+pub struct Sizes(pub Vec<u64>);
+
+/// Parses a comma-separated list of sizes, which may be empty.
+pub fn parse_sizes(s: &str) -> Result<Sizes, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(parse_size)
+        .collect::<Result<_, _>>()
+        .map(Sizes)
+}
+
 fn parse_peer(s: &str) -> anyhow::Result<(u32, SocketAddr)> {
     let (id, addr) = s.split_once('=').context("expected ID=HOST:PORT")?;
     Ok((
@@ -170,4 +184,17 @@ where
     T::Err: std::fmt::Debug,
 {
     PossibleValuesParser::new(names).map(|s| s.parse().expect("one of the possible values"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_list_of_sizes_may_be_empty() {
+        assert_eq!(super::parse_sizes("").unwrap().0, Vec::<u64>::new());
+        assert_eq!(
+            super::parse_sizes("4KiB, 1MiB").unwrap().0,
+            vec![4096, 1 << 20]
+        );
+        assert!(super::parse_sizes("4KiB,lots").is_err());
+    }
 }

@@ -4,7 +4,7 @@ use clap::Args as ClapArgs;
 use macrolink_iobench::phase::Layout;
 use std::path::PathBuf;
 
-use crate::args::parse_size;
+use crate::args::{parse_size, parse_sizes, Sizes};
 use crate::files::ClientArgs;
 
 /// Arguments of `macrolink iobench`.
@@ -27,9 +27,8 @@ pub struct Args {
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     file_size: u64,
     /// Block sizes of the random-write test (local directories; "" skips it).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size,
-          default_value = "4KiB,64KiB,1MiB")]
-    random_blocks: Vec<u64>,
+    #[arg(long, value_parser = parse_sizes, default_value = "4KiB,64KiB,1MiB")]
+    random_blocks: Sizes,
     /// Do not fsync written files before closing them.
     #[arg(long)]
     no_fsync: bool,
@@ -66,7 +65,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         patterns: a.patterns,
         sizes: a.sizes,
         file_size: a.file_size,
-        random_blocks: a.random_blocks,
+        random_blocks: a.random_blocks.0,
         fsync: !a.no_fsync,
         fio: a.fio,
         json: a.json,

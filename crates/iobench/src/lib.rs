@@ -183,11 +183,23 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
             p.op.name(),
             human(p.xfer)
         ));
+        // Each write phase, ours and fio's, writes new files, with the
+        // file system idle: fio removes its files after reading them, and
+        // writing over ours, left in the page cache by the phase before,
+        // copied into pages already there (fio's writes made new ones).
+        let writes = p.op != Op::Read;
+        if writes && crew.reports() {
+            cleanup(&location, workers, a)?;
+            rustix::fs::sync();
+        }
         let Some(times) = crew.phase(step, &p.to_string())? else {
             continue;
         };
         let mut row = IoRow::from_times(p.op, p.layout, p.xfer, &times);
         if let (true, Some(dir)) = (a.fio, &local_dir) {
+            if writes {
+                rustix::fs::sync();
+            }
             row.fio_mb_s = Some(fio::run(dir, &fio_job(p, workers, a.fsync))?);
         }
         rows.push(row);

@@ -131,11 +131,15 @@ fn local(
     fsync: bool,
     rank: u64,
 ) -> anyhow::Result<Times> {
-    // The buffer is ready before the clock starts, as an application's data
-    // is (and fio's buffers are): page-aligned (see `IoBuf`), its pages
-    // touched now, not faulted in by the first transfer.
+    // Page-aligned (see `IoBuf`). A write's buffer is ready before the
+    // clock starts, as an application's data is (and fio fills its write
+    // buffers before it starts); a read's is faulted in by the first
+    // reads, as fio's is (fio's first 32 MiB read into a fresh buffer took
+    // 5-14 ms, its later ones 1.2-1.7).
     let mut buf = macrolink_fabric::IoBuf::new(xfer as usize)?;
-    buf.fill(0xa5);
+    if op != Op::Read {
+        buf.fill(0xa5);
+    }
     let t0 = Instant::now();
     let f: File = match op {
         Op::Write | Op::RandWrite => OpenOptions::new()

@@ -62,6 +62,9 @@ impl Job {
             "--iomem_align=4096".into(),
             // Reads come from the page cache, as iobench's do.
             "--invalidate=0".into(),
+            // Files grow as they are written, as iobench's do: no blocks
+            // set aside before the clock starts.
+            "--fallocate=none".into(),
             "--group_reporting".into(),
             "--output-format=json".into(),
         ];
@@ -132,6 +135,7 @@ mod tests {
         assert!(a.contains(&"--filename=fio.shared".to_string()));
         assert!(a.contains(&"--offset_increment=1048576".to_string()));
         assert!(a.contains(&"--end_fsync=1".to_string()));
+        assert!(a.contains(&"--fallocate=none".to_string()), "as iobench's");
         let r = Job {
             rw: Rw::Read,
             shared_file: false,
