@@ -286,6 +286,25 @@ impl Client {
         Ok(count.clamp(16, MAX_COUNT))
     }
 
+    /// Runs untimed traffic of `spec` for about `secs` at least: runs
+    /// grown as a calibration's are, until they add up to that.
+    pub fn warm(&mut self, spec: BwSpec, secs: f64) -> Result<()> {
+        if spec.mode == Mode::Datagram && spec.size > self.mtu {
+            return Ok(());
+        }
+        let mut count = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
+        let mut spent = 0.0;
+        for _ in 0..WARM_ROUNDS * 4 {
+            if spent >= secs {
+                break;
+            }
+            let r = self.bandwidth(BwSpec { count, ..spec })?;
+            spent += r.seconds;
+            count = warm_again(count, r.seconds, (secs - spent).max(0.0) * 20.0).unwrap_or(count);
+        }
+        Ok(())
+    }
+
     /// A latency test: `count` iterations of `test` with messages of `size`.
     pub fn latency(
         &mut self,

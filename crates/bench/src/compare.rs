@@ -300,6 +300,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     secs: (secs * 2.0).ceil() as u32,
                     congestion: None,
                     len: Some(len),
+                    omit: 0,
                 };
                 opt(run.figures())
             })

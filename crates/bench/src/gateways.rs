@@ -549,6 +549,7 @@ fn kernel(tb: &Testbed, flows: u32, secs: u32) -> anyhow::Result<f64> {
         secs,
         congestion: None,
         len: None,
+        omit: 0,
     }
     .mb_per_s()
 }

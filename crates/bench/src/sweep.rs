@@ -29,6 +29,10 @@ pub struct Bandwidth {
     pub count: Option<u64>,
     /// Messages a second at most (`None`: as fast as they go).
     pub pace: Option<f64>,
+    /// Seconds of untimed traffic before each size's run, at least (a
+    /// long link's congestion window opened, as iperf3's `--omit` leaves
+    /// out its first seconds); `None`: only what picking the count takes.
+    pub warm: Option<f64>,
 }
 
 impl Bandwidth {
@@ -43,6 +47,7 @@ impl Bandwidth {
             seconds,
             count: None,
             pace: None,
+            warm: None,
         }
     }
 
@@ -79,6 +84,9 @@ impl Bandwidth {
                 window: self.window,
                 pace: self.pace,
             };
+            if let Some(w) = self.warm {
+                client.warm(spec, w)?;
+            }
             spec.count = match self.count {
                 Some(c) => c,
                 None => client.calibrate(spec, self.seconds)?,

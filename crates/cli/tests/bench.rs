@@ -112,6 +112,35 @@ fn bw_rows_are_consistent_and_written_three_ways() {
 }
 
 #[test]
+fn a_warm_up_runs_before_the_counted_run_and_is_left_out_of_it() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("w.json");
+    let t = std::time::Instant::now();
+    run(&[
+        "bench",
+        "bw",
+        "--transport",
+        "tcp",
+        "--sizes",
+        "1000",
+        "--count",
+        "40",
+        "--warm",
+        "1.5",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    // A second and a half of traffic went first: the command took that at
+    // least, and the row counts the 40 messages alone.
+    assert!(t.elapsed().as_secs_f64() >= 1.5, "{:?}", t.elapsed());
+    let rows = json(&j);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(num(&rows[0], "sent"), 40.0);
+    assert_eq!(num(&rows[0], "bytes"), 40_000.0);
+    assert!(num(&rows[0], "seconds") < 1.5, "{}", rows[0]);
+}
+
+#[test]
 fn udp_datagram_rows_count_what_arrived() {
     let d = tempfile::tempdir().unwrap();
     let j = d.path().join("u.json");

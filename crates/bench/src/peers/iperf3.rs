@@ -34,6 +34,8 @@ pub struct Run<'a> {
     pub congestion: Option<&'a str>,
     /// Bytes a write (`-l`), if not iperf3's default (128 KiB).
     pub len: Option<usize>,
+    /// Seconds sent before `secs` and left out of the figure (`-O`).
+    pub omit: u32,
 }
 
 /// What one run measured.
@@ -62,6 +64,7 @@ impl Run<'_> {
             command(self.client_ns, TOOL.program)
                 .args(["-c", self.addr, "-p", &port, "-J"])
                 .args(["-t", &self.secs.max(1).to_string()])
+                .args(["-O", &self.omit.to_string()])
                 .args(["-P", &self.flows.max(1).to_string()])
                 .args(self.congestion.iter().flat_map(|c| ["-C", c]))
                 .args(
@@ -69,7 +72,7 @@ impl Run<'_> {
                         .iter()
                         .flat_map(|l| ["-l".to_string(), l.to_string()]),
                 ),
-            Duration::from_secs(u64::from(self.secs) + 60),
+            Duration::from_secs(u64::from(self.secs) + u64::from(self.omit) + 60),
         )?;
         let figures = parse(&out).map(|mb_per_s| Figures {
             mb_per_s,

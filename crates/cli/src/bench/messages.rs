@@ -62,6 +62,10 @@ pub struct BwArgs {
     /// Messages per size instead of a duration.
     #[arg(long)]
     count: Option<u64>,
+    /// Seconds of untimed traffic before each size's run, at least (as
+    /// iperf3's --omit).
+    #[arg(long)]
+    warm: Option<f64>,
     /// Messages a second at most, so that a datagram stream does not
     /// outrun its receiver (default: as fast as they go).
     #[arg(long)]
@@ -171,6 +175,7 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         seconds: a.seconds,
         count: a.count,
         pace: a.pace,
+        warm: a.warm,
     };
     let rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::bw_table(&rows));
