@@ -869,7 +869,7 @@ pub fn plot(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
 pub fn estimate(o: &Options) -> Duration {
     let per_case = o.contenders.len() * o.streams.len();
     let cases = o.km.len() * o.loss.len() * o.windows.len();
-    Duration::from_secs((cases * per_case) as u64 * (u64::from(o.seconds) + 2))
+    Duration::from_secs((cases * per_case) as u64 * (u64::from(o.seconds + WARM_SECS) + 2))
 }
 
 #[cfg(test)]
