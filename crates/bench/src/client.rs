@@ -79,21 +79,37 @@ const MAX_COUNT: u64 = 5_000_000;
 /// Most warm-up runs before a bandwidth run.
 const WARM_ROUNDS: usize = 8;
 
+/// Most runs of a warm-up before a run (`Client::warm`).
+const WARM_RUNS: usize = 64;
+
+/// Messages of a first warm-up run: some 4 MB of `size`-byte messages (one
+/// message of 4 MB or more), at most 2,000.
+fn first_count(size: usize) -> u64 {
+    (4_000_000 / size.max(1)).clamp(1, 2000) as u64
+}
+
+/// The count of a run meant to last `target` seconds, after one of `count`
+/// messages that took `took`: scaled by the ratio, up by tenfold at most
+/// (so short a run says little), never under one message.
+fn scaled(count: u64, took: f64, target: f64) -> u64 {
+    let f = if took > 0.0 {
+        (target / took).min(10.0)
+    } else {
+        10.0
+    };
+    ((count as f64 * f).ceil() as u64).clamp(1, MAX_COUNT)
+}
+
 /// After a warm-up run of `count` messages that took `took` seconds, for a
 /// run of `secs`: the count of the next warm-up while this one was too
-/// short to time (under a twentieth of `secs`), grown towards that mark by
-/// at most tenfold; `None` once it was long enough, or cannot grow.
+/// short to time (under a twentieth of `secs`), grown towards that mark,
+/// at least twofold; `None` once it was long enough, or cannot grow.
 fn warm_again(count: u64, took: f64, secs: f64) -> Option<u64> {
     let mark = secs / 20.0;
     if took >= mark || count >= MAX_COUNT {
         return None;
     }
-    let grow = if took > 0.0 {
-        (mark / took).clamp(2.0, 10.0)
-    } else {
-        10.0
-    };
-    Some(((count as f64 * grow).ceil() as u64).min(MAX_COUNT))
+    Some(scaled(count, took, mark).max(count * 2).min(MAX_COUNT))
 }
 
 fn pct(cpu: u64, wall: u64) -> f64 {
@@ -273,34 +289,36 @@ impl Client {
         if spec.mode == Mode::Datagram && spec.size > self.mtu {
             return Ok(0);
         }
-        let mut count = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
+        let mut count = first_count(spec.size);
+        let mut per = 0.0;
         for _ in 0..WARM_ROUNDS {
             let r = self.bandwidth(BwSpec { count, ..spec })?;
-            let took = r.seconds;
-            let per = took / r.delivered.max(1) as f64;
-            match warm_again(count, took, secs) {
+            per = r.seconds / r.delivered.max(1) as f64;
+            match warm_again(count, r.seconds, secs) {
                 Some(next) => count = next,
-                None => return Ok(((secs / per.max(1e-9)) as u64).clamp(16, MAX_COUNT)),
+                None => break,
             }
         }
-        Ok(count.clamp(16, MAX_COUNT))
+        // From the last run's time a message, which came nearest the mark.
+        Ok(((secs / per.max(1e-9)) as u64).clamp(16, MAX_COUNT))
     }
 
-    /// Runs untimed traffic of `spec` for about `secs` at least: runs
-    /// grown as a calibration's are, until they add up to that.
+    /// Runs untimed traffic of `spec` for about `secs`: runs, each sized
+    /// to the time left by the one before, until they add up to that (on a
+    /// link so slow that one message takes longer, one message).
     pub fn warm(&mut self, spec: BwSpec, secs: f64) -> Result<()> {
         if spec.mode == Mode::Datagram && spec.size > self.mtu {
             return Ok(());
         }
-        let mut count = (4_000_000 / spec.size.max(1)).clamp(8, 2000) as u64;
+        let mut count = first_count(spec.size);
         let mut spent = 0.0;
-        for _ in 0..WARM_ROUNDS * 4 {
+        for _ in 0..WARM_RUNS {
             if spent >= secs {
                 break;
             }
             let r = self.bandwidth(BwSpec { count, ..spec })?;
             spent += r.seconds;
-            count = warm_again(count, r.seconds, (secs - spent).max(0.0) * 20.0).unwrap_or(count);
+            count = scaled(count, r.seconds, secs - spent);
         }
         Ok(())
     }
@@ -643,6 +661,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_run_is_scaled_to_the_time_it_should_take() {
+        // Half the time: half the count; twice: twice.
+        assert_eq!(scaled(100, 0.2, 0.1), 50);
+        assert_eq!(scaled(100, 0.2, 0.4), 200);
+        // Up tenfold at most, down to one message at least.
+        assert_eq!(scaled(100, 0.001, 1.0), 1000);
+        assert_eq!(scaled(100, 0.0, 1.0), 1000);
+        assert_eq!(scaled(100, 10.0, 0.001), 1);
+        assert_eq!(scaled(100, 1.0, -1.0), 1);
+        assert_eq!(scaled(MAX_COUNT, 0.1, 1.0), MAX_COUNT);
+        // The first run: some 4 MB, one message of 4 MB or more.
+        assert_eq!(first_count(10), 2000);
+        assert_eq!(first_count(1_000_000), 4);
+        assert_eq!(first_count(4 << 20), 1);
+    }
+
+    #[test]
     fn a_bandwidth_warm_up_grows_until_it_lasts_a_twentieth_of_the_run() {
         // Eight 1 MB puts in 1 ms, most of it the run's start and end: ten
         // times more, then as many again as the mark still asks.
@@ -655,7 +690,7 @@ mod tests {
         assert_eq!(warm_again(MAX_COUNT, 0.0, 1.0), None);
         // The rounds end: from the smallest count, eight rounds reach the
         // largest run even when every warm-up takes no time at all.
-        let (mut c, mut rounds) = (8, 0);
+        let (mut c, mut rounds) = (1, 0);
         while let Some(n) = warm_again(c, 0.0, 1.0) {
             assert!(n > c);
             c = n;

@@ -352,7 +352,7 @@ fn bench_bw(
     }
     // Each ends after its seconds; all are waited for before any is
     // judged, and none longer than a run's bound.
-    let outs = peers::outputs(cmds.iter_mut().collect(), run_limit(seconds))
+    let outs = peers::outputs(cmds.iter_mut().collect(), run_limit(seconds + WARM_SECS))
         .context("bench bw (killed: the link carried too little to end the run)")?;
     let (mut bytes, mut longest) = (0.0, 0.0f64);
     for (out, json) in outs.into_iter().zip(jsons) {

@@ -29,7 +29,7 @@ pub struct Bandwidth {
     pub count: Option<u64>,
     /// Messages a second at most (`None`: as fast as they go).
     pub pace: Option<f64>,
-    /// Seconds of untimed traffic before each size's run, at least (a
+    /// Seconds of untimed traffic before each size's run, about (a
     /// long link's congestion window opened, as iperf3's `--omit` leaves
     /// out its first seconds); `None`: only what picking the count takes.
     pub warm: Option<f64>,

@@ -149,6 +149,14 @@ pub fn parse_sizes(s: &str) -> Result<Sizes, String> {
         .map(Sizes)
 }
 
+/// Seconds from 0 to an hour (`0.5`, `2`).
+pub fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: seconds from 0 to 3600 expected")),
+    }
+}
+
 fn parse_peer(s: &str) -> anyhow::Result<(u32, SocketAddr)> {
     let (id, addr) = s.split_once('=').context("expected ID=HOST:PORT")?;
     Ok((
@@ -196,5 +204,14 @@ mod tests {
             vec![4096, 1 << 20]
         );
         assert!(super::parse_sizes("4KiB,lots").is_err());
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(super::parse_secs("1.5"), Ok(1.5));
+        assert_eq!(super::parse_secs("0"), Ok(0.0));
+        for bad in ["NaN", "inf", "-1", "3601", "soon"] {
+            assert!(super::parse_secs(bad).is_err(), "{bad}");
+        }
     }
 }

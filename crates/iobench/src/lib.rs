@@ -189,7 +189,9 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
         // copied into pages already there (fio's writes made new ones).
         let writes = p.op != Op::Read;
         if writes && crew.reports() {
-            cleanup(&location, workers, a)?;
+            if let Err(e) = cleanup(&location, workers, a) {
+                eprintln!("iobench: the files of the phase before stay ({e:#}): written over");
+            }
             rustix::fs::sync();
         }
         let Some(times) = crew.phase(step, &p.to_string())? else {
@@ -249,7 +251,12 @@ fn cleanup(location: &Location, workers: u64, a: &Options) -> anyhow::Result<()>
     match location {
         Location::Local(dir) => {
             for n in names {
-                let _ = std::fs::remove_file(dir.join(n));
+                match std::fs::remove_file(dir.join(&n)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        eprintln!("iobench: {n} stays: {e}");
+                    }
+                    _ => {}
+                }
             }
         }
         Location::Remote { server, path } => {

@@ -60,6 +60,8 @@ pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Fig
 
 /// As [`run`], both sides sleeping after posting their requests (`-E
 /// sleep`): UCX's event-driven mode, beside a waiting endpoint of ours.
+/// The client's CPU time is that of the children of this process that end
+/// during its run: no other may end meanwhile.
 pub fn run_sleeping(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
     run_with(tls, test, size, iters, true)
 }

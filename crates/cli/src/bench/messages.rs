@@ -15,7 +15,7 @@ use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::args::{one_of, ChildArgs, NodeArgs};
+use crate::args::{one_of, parse_secs, ChildArgs, NodeArgs};
 
 /// Where the other side is.
 #[derive(Debug, Clone, ClapArgs)]
@@ -62,9 +62,9 @@ pub struct BwArgs {
     /// Messages per size instead of a duration.
     #[arg(long)]
     count: Option<u64>,
-    /// Seconds of untimed traffic before each size's run, at least (as
-    /// iperf3's --omit).
-    #[arg(long)]
+    /// Seconds of untimed traffic before each size's run (as iperf3's
+    /// --omit).
+    #[arg(long, value_parser = parse_secs)]
     warm: Option<f64>,
     /// Messages a second at most, so that a datagram stream does not
     /// outrun its receiver (default: as fast as they go).
