@@ -9,7 +9,7 @@ use macrolink_wire::HEADER_LEN;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::clock::{clock_ns, Mark};
+use crate::clock::{clock_ns, Mark, Ticks};
 use crate::proto::{Done, Start, Test};
 use crate::report::{BreakdownRow, BwRow, LatRow, OneWayRow};
 use crate::server::{control_transport, data_config};
@@ -360,11 +360,12 @@ impl Client {
         }
         let mark = Mark::now();
         // One clock read an iteration: its end is the next one's start.
-        let mut t0 = clock_ns();
+        let ticks = Ticks::new();
+        let mut t0 = ticks.raw();
         for _ in 0..count {
             self.iteration(test, t, &out, per, deadline)?;
-            let t1 = clock_ns();
-            let dt = (t1 - t0) as f64 / 1e3;
+            let t1 = ticks.raw();
+            let dt = ticks.ns(t0, t1) as f64 / 1e3;
             t0 = t1;
             samples.push(if test == Test::PingPong { dt / 2.0 } else { dt });
         }

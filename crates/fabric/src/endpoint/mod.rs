@@ -52,6 +52,21 @@ struct Conn {
     link: Box<dyn Connection>,
 }
 
+impl Conn {
+    /// What a read returns for a message of `len` bytes in `mode` that
+    /// came over this connection, at `slot` and `gen`.
+    #[inline]
+    fn recv(&self, slot: usize, gen: u32, len: usize, mode: Mode) -> Recv {
+        Recv {
+            from: self.peer,
+            len,
+            kind: RecvKind::Message(mode),
+            transport: self.link.transport(),
+            via: Some((slot as u32, gen)),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     gen: u32,
@@ -163,6 +178,8 @@ impl Endpoint {
                 stats: Stats::default(),
                 probe: false,
                 timings: Timings::default(),
+                got: None,
+                lost: String::new(),
             },
             udp,
             ucx,
@@ -505,10 +522,11 @@ impl Endpoint {
     }
 
     fn entry(&self, t: Target) -> Result<TargetEntry> {
-        self.targets
-            .get(t.0 as usize)
-            .copied()
-            .ok_or(Error::BadTarget)
+        // Not `ok_or`: an error made and dropped on every send.
+        match self.targets.get(t.0 as usize) {
+            Some(e) => Ok(*e),
+            None => Err(Error::BadTarget),
+        }
     }
 
     fn conn_mut(&mut self, peer: Addr, slot: u32, gen: u32) -> Result<&mut Conn> {
@@ -662,13 +680,15 @@ impl Endpoint {
     }
 
     /// Sends queued control answers, between messages.
-    #[inline]
+    #[inline(always)]
     fn flush_ctrl(&mut self) {
         if !self.in_send && self.core.ctrl_queued != 0 {
             self.send_ctrl();
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn send_ctrl(&mut self) {
         self.core.ctrl_queued = 0;
         for i in 0..self.slots.len() {
@@ -693,7 +713,10 @@ impl Endpoint {
     /// a buffer too small for it gets [`Error::BufferTooSmall`] and the message
     /// stays queued. A peer that died surfaces here as [`Error::PeerLost`].
     pub fn read(&mut self, buf: &mut [u8]) -> Result<Recv> {
-        self.read_until(buf, Deadline::Never)?.ok_or(Error::Timeout)
+        match self.read_until(buf, Deadline::Never)? {
+            Some(r) => Ok(r),
+            None => Err(Error::Timeout),
+        }
     }
 
     /// As [`read`](Self::read), but returns `None` at once when nothing is there.
@@ -855,6 +878,7 @@ impl Endpoint {
     }
 
     /// One pass over every connection and the datagram socket.
+    #[inline(always)]
     fn progress_with(&mut self, mut user: Option<&mut [u8]>) -> Result<(Option<Recv>, bool)> {
         self.adopt_incoming();
         let mut moved = false;
@@ -862,7 +886,7 @@ impl Endpoint {
         // the loss a pass over the connections may find for it.
         if let Some(port) = self.ucx.as_mut() {
             match port.progress(&mut self.core, user.as_deref_mut(), &mut self.slots) {
-                Step::Delivered(r) => return Ok((Some(r), true)),
+                Step::Delivered => return Ok((self.core.got.take(), true)),
                 Step::TooSmall(needed) => {
                     return Err(Error::BufferTooSmall {
                         needed: needed as usize,
@@ -870,7 +894,8 @@ impl Endpoint {
                     })
                 }
                 Step::Moved => moved = true,
-                Step::Idle | Step::Lost(_) => {}
+                // The port's messages come as `Delivered`.
+                Step::Idle | Step::Lost | Step::Message { .. } => {}
             }
         }
         let n = self.slots.len();
@@ -878,13 +903,23 @@ impl Endpoint {
         // per slot: a pass is a few tens of nanoseconds).
         let start = self.next_slot.min(n);
         for i in (start..n).chain(0..start) {
+            let gen = self.slots[i].gen;
             let Some(conn) = self.slots[i].conn.as_mut() else {
                 continue;
             };
-            match conn.link.progress(&mut self.core, user.as_deref_mut()) {
+            let step = conn.link.progress(&mut self.core, user.as_deref_mut());
+            let got = match step {
+                Step::Message { len, mode } => Some(conn.recv(i, gen, len, mode)),
+                Step::Delivered => self.core.got.take(),
+                _ => None,
+            };
+            match step {
                 Step::Idle => {}
                 Step::Moved => moved = true,
-                Step::Delivered(r) => {
+                Step::Delivered | Step::Message { .. } => {
+                    let Some(r) = got else {
+                        continue;
+                    };
                     self.next_slot = if i + 1 == n { 0 } else { i + 1 };
                     if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
                         self.offer_to = Some(i);
@@ -897,7 +932,8 @@ impl Endpoint {
                         have: user.map_or(0, |b| b.len()),
                     })
                 }
-                Step::Lost(reason) => {
+                Step::Lost => {
+                    let reason = std::mem::take(&mut self.core.lost);
                     self.lose(i, reason);
                     moved = true;
                 }
@@ -925,9 +961,9 @@ impl Endpoint {
         }
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
             match udp.progress(&mut self.core, &self.inbox, user)? {
-                Step::Delivered(r) => {
+                Step::Delivered => {
                     self.udp_hot = true;
-                    return Ok((Some(r), true));
+                    return Ok((self.core.got.take(), true));
                 }
                 Step::Moved => {
                     self.udp_hot = true;
@@ -1083,10 +1119,15 @@ impl Endpoint {
         if let Some(i) = placed {
             // The message is in the buffer and its notice next on the
             // connection: nothing else may be read into the buffer first.
+            let gen = self.slots[i].gen;
             let conn = self.slots[i].conn.as_mut().expect("withdrawn above");
             match conn.link.progress(&mut self.core, user) {
-                Step::Delivered(r) => return Ok(Some(r)),
-                Step::Lost(reason) => self.lose(i, reason),
+                Step::Message { len, mode } => return Ok(Some(conn.recv(i, gen, len, mode))),
+                Step::Delivered => return Ok(self.core.got.take()),
+                Step::Lost => {
+                    let reason = std::mem::take(&mut self.core.lost);
+                    self.lose(i, reason);
+                }
                 _ => self.lose(i, "a message placed without its notice".into()),
             }
         }

@@ -34,7 +34,7 @@ use crate::iobuf::IoBuf;
 use crate::pool::{Chain, TokenPool};
 use crate::puts::PutStatus;
 use crate::rx::{Body, Core, Ready, Step, HOLD, SPINS_PER_CHECK};
-use crate::types::{Addr, Completion, Mode, Recv, RecvKind, RegionKey, Transport};
+use crate::types::{Addr, Completion, Mode, RegionKey, Transport};
 
 /// Where the message or put being received on a connection stands.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ impl<S: ByteStream> Framed<S> {
     fn violation(&self, core: &mut Core, what: &str) -> Step {
         core.stats.bad_frames += 1;
         tracing::warn!(peer = %self.peer, "protocol violation: {what}; closing the connection");
-        Step::Lost(format!("protocol violation: {what}"))
+        core.broken(format!("protocol violation: {what}"))
     }
 
     /// Reads what has arrived. `user` is the buffer of a waiting read, if any.
@@ -118,7 +118,7 @@ impl<S: ByteStream> Framed<S> {
         // After a delivery the application reads again, and that pass (or
         // a wait) publishes the room: in a stream of small messages the
         // writer hears of it once in many, not after each.
-        if !matches!(step, Step::Delivered(_)) {
+        if !matches!(step, Step::Delivered | Step::Message { .. }) {
             self.stream.read_done();
         }
         step
@@ -134,13 +134,13 @@ impl<S: ByteStream> Framed<S> {
                 }
                 Ok(None) if matches!(self.asm, Asm::Direct { .. }) => {
                     // Between fragments of a message the reader's buffer holds.
-                    match self.await_direct(core.completion, user.as_deref()) {
+                    match self.await_direct(core, user.as_deref()) {
                         None => continue,
                         Some(step) => return step,
                     }
                 }
                 Ok(None) => return Step::or_moved(moved),
-                Err(RxError::Io(e)) => return Step::Lost(e.to_string()),
+                Err(RxError::Io(e)) => return core.broken(e.to_string()),
                 Err(RxError::Wire(e)) => {
                     return self.violation(core, &format!("malformed frame: {e}"));
                 }
@@ -294,7 +294,7 @@ impl<S: ByteStream> Framed<S> {
                         Ok(0) => {
                             // The rest of this message is on its way: wait for
                             // it here, the reader's buffer holds its head.
-                            match self.await_direct(core.completion, user.as_deref()) {
+                            match self.await_direct(core, user.as_deref()) {
                                 None => continue,
                                 Some(step) => return step,
                             }
@@ -303,7 +303,7 @@ impl<S: ByteStream> Framed<S> {
                             self.stalled = None;
                             n
                         }
-                        Err(e) => return Step::Lost(e.to_string()),
+                        Err(e) => return core.broken(e.to_string()),
                     }
                 }
                 Asm::Held { buf, got, .. } => {
@@ -312,7 +312,7 @@ impl<S: ByteStream> Framed<S> {
                     match self.rx.payload(&mut self.stream, &mut buf[at..at + left]) {
                         Ok(0) => return Step::or_moved(moved),
                         Ok(n) => n,
-                        Err(e) => return Step::Lost(e.to_string()),
+                        Err(e) => return core.broken(e.to_string()),
                     }
                 }
                 Asm::Staged {
@@ -327,7 +327,7 @@ impl<S: ByteStream> Framed<S> {
                             core.pool.commit(chain, n);
                             n
                         }
-                        Err(e) => return Step::Lost(e.to_string()),
+                        Err(e) => return core.broken(e.to_string()),
                     },
                     None => {
                         // Pool exhausted: move into the reader's buffer if one
@@ -363,18 +363,14 @@ impl<S: ByteStream> Framed<S> {
         }
         self.rx.finish();
         self.frame_started = false;
-        let transport = self.stream.transport();
         match std::mem::replace(&mut self.asm, Asm::Idle) {
             Asm::Direct { mode, total, got } if got == total => {
                 core.stats.messages_in += 1;
                 core.stats.bytes_in += total;
-                Step::Delivered(Recv {
-                    from: self.peer,
+                Step::Message {
                     len: total as usize,
-                    kind: RecvKind::Message(mode),
-                    transport,
-                    via: Some(self.id),
-                })
+                    mode,
+                }
             }
             Asm::Held {
                 mode,
@@ -413,13 +409,10 @@ impl<S: ByteStream> Framed<S> {
         core.stats.messages_in += 1;
         core.stats.messages_placed += 1;
         core.stats.bytes_in += h.total;
-        Step::Delivered(Recv {
-            from: self.peer,
+        Step::Message {
             len: h.total as usize,
-            kind: RecvKind::Message(Mode::Reliable),
-            transport: self.stream.transport(),
-            via: Some(self.id),
-        })
+            mode: Mode::Reliable,
+        }
     }
 
     /// Queues a whole message for the application.
@@ -460,7 +453,7 @@ impl<S: ByteStream> Framed<S> {
     /// arrived (`None`: read on); once it has waited [`HOLD`], moves it out
     /// of the reader's buffer `user` (see [`hold`](Self::hold)). Otherwise
     /// the step to return.
-    fn await_direct(&mut self, completion: Completion, user: Option<&[u8]>) -> Option<Step> {
+    fn await_direct(&mut self, core: &mut Core, user: Option<&[u8]>) -> Option<Step> {
         // The writer may wait for the room this pass's reads left.
         self.stream.read_done();
         let now = Instant::now();
@@ -469,7 +462,7 @@ impl<S: ByteStream> Framed<S> {
             self.hold(user);
             return Some(Step::Moved);
         };
-        match completion {
+        match core.completion {
             Completion::Poll => {
                 for _ in 0..SPINS_PER_CHECK {
                     std::hint::spin_loop();
@@ -481,7 +474,7 @@ impl<S: ByteStream> Framed<S> {
                     let r = sys::wait_fd(self.stream.raw_fd(), sys::Interest::Read, left);
                     self.stream.disarm();
                     if let Err(e) = r {
-                        return Some(Step::Lost(e.to_string()));
+                        return Some(core.broken(e.to_string()));
                     }
                 } else {
                     self.stream.disarm();
@@ -568,7 +561,7 @@ impl<S: ByteStream> Framed<S> {
             match r {
                 Ok(0) => return Step::or_moved(moved),
                 Ok(_) => moved = true,
-                Err(e) => return Step::Lost(e.to_string()),
+                Err(e) => return core.broken(e.to_string()),
             }
         }
         self.rx.finish();
@@ -649,17 +642,15 @@ impl<S: ByteStream> Connection for Framed<S> {
         }
         loop {
             let n = (payload.len() - st.done).min(MAX_FRAME as usize);
-            let mut f = *h;
             // A put's fragments name where in the region they go; a
             // message's, where in the message. Other frames are one piece
             // whose `offset` says what their kind makes it say.
-            match h.kind {
-                FrameKind::Put => f.offset = h.offset + st.done as u64,
-                FrameKind::Data => f.offset = st.done as u64,
-                _ => {}
-            }
-            f.len = n as u32;
-            let hdr = f.encode();
+            let offset = match h.kind {
+                FrameKind::Put => h.offset + st.done as u64,
+                FrameKind::Data => st.done as u64,
+                _ => h.offset,
+            };
+            let hdr = h.encode_part(n as u32, offset);
             let body = &payload[st.done..st.done + n];
             let bufs = [
                 IoSlice::new(&hdr[st.sent.min(HEADER_LEN)..]),

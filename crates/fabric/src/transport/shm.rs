@@ -458,6 +458,7 @@ impl ShmStream {
 
     /// Copies as much of `bufs` as fits into the outgoing ring. Returns the
     /// bytes taken; 0 when the ring is full.
+    #[inline]
     pub(crate) fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         if self.peer_gone {
             return Err(io::ErrorKind::BrokenPipe.into());
@@ -517,13 +518,25 @@ impl ShmStream {
         // stay inside ring data of `cap` bytes; the consumer does not read these
         // bytes until the release store of the new tail.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.tx_data.add(at), first);
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.tx_data, src.len() - first);
+            copy_bytes(src.as_ptr(), self.tx_data.add(at), first);
+        }
+        // Most copies do not wrap: no second call (a call to `memcpy` costs
+        // as much as a small message's copy).
+        if first < src.len() {
+            // SAFETY: as above.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr().add(first),
+                    self.tx_data,
+                    src.len() - first,
+                );
+            }
         }
     }
 
     /// Copies available bytes from the incoming ring into `dst`. `Ok(0)`:
     /// nothing there now. An error once the ring is empty and the peer is gone.
+    #[inline]
     pub(crate) fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let mut avail = self.rx_tail_seen - self.rx_head;
         if avail == 0 {
@@ -549,8 +562,13 @@ impl ShmStream {
         // release of tail (acquired above) and lie inside the ring, split at the
         // wrap point; dst holds at least n bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.rx_data.add(at), dst.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.rx_data, dst.as_mut_ptr().add(first), n - first);
+            copy_bytes(self.rx_data.add(at), dst.as_mut_ptr(), first);
+        }
+        if first < n {
+            // SAFETY: as above, the part after the wrap point.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.rx_data, dst.as_mut_ptr().add(first), n - first);
+            }
         }
         self.rx_head += n as u64;
         // A frame's header and payload are two reads, and a stream of small
@@ -765,6 +783,50 @@ impl ByteStream for ShmStream {
     }
 }
 
+/// Copies `n` bytes from `src` to `dst`; up to 64 (a small message's
+/// header and payload) in two overlapping moves of a fixed size, without
+/// the call to `memcpy` and its dispatch on the size, which cost as much
+/// as the copy.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]: `src` readable and `dst` writable
+/// for `n` bytes, the two apart.
+#[inline(always)]
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    /// Moves a `T` from `src + a` and one from `src + b` to the same
+    /// places of `dst`, both read before either is written.
+    ///
+    /// # Safety
+    /// Both ranges of `size_of::<T>()` bytes lie inside the copy.
+    #[inline(always)]
+    unsafe fn two<T: Copy>(src: *const u8, dst: *mut u8, a: usize, b: usize) {
+        // SAFETY: the caller keeps both ranges inside `src` and `dst`;
+        // unaligned reads and writes of plain bytes.
+        unsafe {
+            let x = src.add(a).cast::<T>().read_unaligned();
+            let y = src.add(b).cast::<T>().read_unaligned();
+            dst.add(a).cast::<T>().write_unaligned(x);
+            dst.add(b).cast::<T>().write_unaligned(y);
+        }
+    }
+    // SAFETY: each arm reads and writes only inside the first `n` bytes
+    // (its two moves cover 0..n, overlapping in the middle).
+    unsafe {
+        match n {
+            0 => {}
+            1..=3 => {
+                two::<u8>(src, dst, 0, n - 1);
+                two::<u8>(src, dst, n / 2, n / 2);
+            }
+            4..=7 => two::<u32>(src, dst, 0, n - 4),
+            8..=16 => two::<u64>(src, dst, 0, n - 8),
+            17..=32 => two::<u128>(src, dst, 0, n - 16),
+            33..=64 => two::<[u128; 2]>(src, dst, 0, n - 32),
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,6 +838,21 @@ mod tests {
         let a = ShmStream::new(map_a, cap, Side::Initiator, sa).unwrap();
         let b = ShmStream::new(map_b, cap, Side::Acceptor, sb).unwrap();
         (a, b, ())
+    }
+
+    #[test]
+    fn small_copies_move_exactly_their_bytes() {
+        let src: Vec<u8> = (0..200u32).map(|i| (i * 7 + 1) as u8).collect();
+        for n in 0..=130 {
+            let mut dst = [0xeeu8; 200];
+            // SAFETY: both buffers hold 200 bytes, more than n, apart.
+            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), n) };
+            assert_eq!(dst[..n], src[..n], "{n} bytes");
+            assert!(
+                dst[n..].iter().all(|&b| b == 0xee),
+                "{n} bytes: wrote past them"
+            );
+        }
     }
 
     #[test]

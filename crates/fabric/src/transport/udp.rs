@@ -143,7 +143,7 @@ impl Udp {
                     buf[..data.len()].copy_from_slice(data);
                     core.stats.messages_in += 1;
                     core.stats.bytes_in += data.len() as u64;
-                    return Ok(Step::Delivered(Recv {
+                    return Ok(core.deliver(Recv {
                         from,
                         len: data.len(),
                         kind: RecvKind::Message(Mode::Datagram),

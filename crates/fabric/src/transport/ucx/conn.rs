@@ -437,7 +437,7 @@ impl Connection for Conn {
         }
     }
 
-    fn progress(&mut self, _core: &mut Core, _user: Option<&mut [u8]>) -> Step {
+    fn progress(&mut self, core: &mut Core, _user: Option<&mut [u8]>) -> Step {
         if !self.control_out.is_empty() {
             if let Err(e) = self.reap() {
                 self.fail(e.to_string());
@@ -446,7 +446,7 @@ impl Connection for Conn {
         if !self.broken() {
             return Step::Idle;
         }
-        Step::Lost(self.why_lost().unwrap_or_default())
+        core.broken(self.why_lost().unwrap_or_default())
     }
 
     fn arm_read(&mut self) -> bool {

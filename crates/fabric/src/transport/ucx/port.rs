@@ -476,7 +476,7 @@ impl Port {
                 if core.ready.is_empty() && buf.len() >= data.len() {
                     buf[..data.len()].copy_from_slice(data);
                     core.count_in(data.len());
-                    return Some(Step::Delivered(Recv {
+                    return Some(core.deliver(Recv {
                         from: peer,
                         len: data.len(),
                         kind: RecvKind::Message(Mode::Datagram),
@@ -579,7 +579,7 @@ impl Port {
                     Ok(()) => {
                         self.took(index);
                         core.count_in(len);
-                        Step::Delivered(Recv {
+                        core.deliver(Recv {
                             from: peer,
                             len,
                             kind: RecvKind::Message(Mode::Reliable),
