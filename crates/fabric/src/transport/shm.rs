@@ -103,6 +103,8 @@ pub(crate) struct ShmStream {
     tx_data: *mut u8,
     rx: *const RingCtrl,
     rx_data: *const u8,
+    /// Bytes of each ring: a power of two (checked in `new`), so a place
+    /// in the ring is a mask, not a division.
     cap: u64,
     /// Producer's own copy of its tail, and the last head it read.
     tx_tail: u64,
@@ -512,7 +514,7 @@ impl ShmStream {
     }
 
     fn copy_in(&mut self, pos: u64, src: &[u8]) {
-        let at = (pos % self.cap) as usize;
+        let at = (pos & (self.cap - 1)) as usize;
         let first = src.len().min(self.cap as usize - at);
         // SAFETY: at + first <= cap and src.len() - first <= at, so both copies
         // stay inside ring data of `cap` bytes; the consumer does not read these
@@ -556,7 +558,7 @@ impl ShmStream {
             }
         }
         let n = (avail as usize).min(dst.len());
-        let at = (self.rx_head % self.cap) as usize;
+        let at = (self.rx_head & (self.cap - 1)) as usize;
         let first = n.min(self.cap as usize - at);
         // SAFETY: the bytes rx_head..rx_head+n were published by the producer's
         // release of tail (acquired above) and lie inside the ring, split at the
