@@ -108,6 +108,11 @@ enum Deadline {
 pub struct Endpoint {
     node: Arc<NodeShared>,
     id: u32,
+    /// The header of a message from this endpoint, but for its receiver,
+    /// length and number: a send copies it whole rather than building it
+    /// field by field (a header built in pieces is read back in other
+    /// pieces by the transport, and the processor stalls on that).
+    data_header: Header,
     inbox: Arc<Inbox>,
     slots: Vec<Slot>,
     targets: Vec<TargetEntry>,
@@ -186,6 +191,12 @@ impl Endpoint {
             incoming: Vec::new(),
             pollfds: Vec::new(),
             next_slot: 0,
+            data_header: {
+                let mut h = Header::new(FrameKind::Data);
+                h.src_node = node.id;
+                h.src_ep = id;
+                h
+            },
             offer_to: None,
             idle_spins: 0,
             udp_hot: false,
@@ -544,9 +555,7 @@ impl Endpoint {
             self.core.timings.write_enter = sys::clock_ns();
         }
         let e = self.entry(t)?;
-        let mut h = Header::new(FrameKind::Data);
-        h.src_node = self.node.id;
-        h.src_ep = self.id;
+        let mut h = self.data_header;
         h.dst_ep = e.peer.ep;
         h.total = data.len() as u64;
         if self.core.probe {
