@@ -74,6 +74,33 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The state of endpoint `id`, whose pool is `pool` and whose queue for
+    /// the application holds at most `ready_cap` entries.
+    pub(crate) fn new(
+        id: u32,
+        completion: Completion,
+        max_message: u64,
+        pool: TokenPool,
+        ready_cap: usize,
+    ) -> Core {
+        Core {
+            id,
+            completion,
+            max_message,
+            pool,
+            ready: VecDeque::with_capacity(ready_cap),
+            ready_cap,
+            regions: Regions::new(),
+            puts: PutTable::new(),
+            ctrl_queued: 0,
+            stats: Stats::default(),
+            probe: false,
+            timings: Timings::default(),
+            got: None,
+            lost: String::new(),
+        }
+    }
+
     /// Copies `data` into a new chain; `None` (nothing kept) when the pool or
     /// the queue is full.
     pub(crate) fn stage(&mut self, data: &[u8]) -> Option<Chain> {

@@ -10,17 +10,15 @@
 mod onesided;
 
 use macrolink_wire::{FrameKind, Header};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pool::TokenPool;
-use crate::puts::PutTable;
 use crate::rx::{Body, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use crate::transport::contact::{Dialled, Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
 use crate::transport::offer::PLACE_MIN;
-use crate::transport::region::Regions;
 use crate::transport::udp::Udp;
 use crate::transport::{sys, ucx, Connection, SendState};
 use crate::types::{
@@ -170,22 +168,7 @@ impl Endpoint {
             target_index: HashMap::new(),
             rail_index: HashMap::new(),
             reply_index: HashMap::new(),
-            core: Core {
-                id,
-                completion: cfg.completion,
-                max_message: cfg.max_message,
-                pool,
-                ready: VecDeque::with_capacity(tokens * 2),
-                ready_cap: tokens * 2,
-                regions: Regions::new(),
-                puts: PutTable::new(),
-                ctrl_queued: 0,
-                stats: Stats::default(),
-                probe: false,
-                timings: Timings::default(),
-                got: None,
-                lost: String::new(),
-            },
+            core: Core::new(id, cfg.completion, cfg.max_message, pool, tokens * 2),
             udp,
             ucx,
             incoming: Vec::new(),

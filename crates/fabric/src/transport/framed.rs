@@ -932,10 +932,6 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::puts::PutTable;
-    use crate::transport::region::Regions;
-    use crate::types::{Stats, Timings};
-    use std::collections::VecDeque;
 
     /// A stream whose bytes arrive at most `step` at a time.
     #[derive(Debug)]
@@ -967,22 +963,13 @@ mod tests {
     }
 
     fn core() -> Core {
-        Core {
-            id: 5,
-            completion: Completion::Poll,
-            max_message: 1 << 20,
-            pool: TokenPool::new(64, 4096).unwrap(),
-            ready: VecDeque::new(),
-            ready_cap: 64,
-            regions: Regions::new(),
-            puts: PutTable::new(),
-            ctrl_queued: 0,
-            stats: Stats::default(),
-            probe: false,
-            timings: Timings::default(),
-            got: None,
-            lost: String::new(),
-        }
+        Core::new(
+            5,
+            Completion::Poll,
+            1 << 20,
+            TokenPool::new(64, 4096).unwrap(),
+            64,
+        )
     }
 
     /// Whole frames and frames cut anywhere (in the header, in the
