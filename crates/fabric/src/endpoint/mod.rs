@@ -910,6 +910,8 @@ impl Endpoint {
                 Step::Moved => moved = true,
                 Step::Delivered | Step::Message { .. } => {
                     let Some(r) = got else {
+                        debug_assert!(false, "a pass delivered nothing");
+                        moved = true;
                         continue;
                     };
                     self.next_slot = if i + 1 == n { 0 } else { i + 1 };

@@ -233,16 +233,24 @@ impl<S: ByteStream> Framed<S> {
     /// The common case, taken without the general path's states: a
     /// message of one frame for a reader waiting with room for it, nothing
     /// queued before it. `None`: the general path goes on from where this
-    /// left the frame (nothing read; its header read; part of its payload
-    /// placed, the message then a direct one).
+    /// left the frame (not such a reader; the header read and the frame
+    /// not such a message; part of its payload placed, the message then a
+    /// direct one).
     #[inline]
     fn whole_message(&mut self, core: &mut Core, user: Option<&mut [u8]>) -> Option<Step> {
         let buf = user?;
         if !self.rx.is_idle() || !matches!(self.asm, Asm::Idle) || !core.ready.is_empty() {
             return None;
         }
-        let Ok(Some(h)) = self.rx.header(&mut self.stream) else {
-            return None;
+        // What the general path would do with a header that is not whole
+        // or not sound, done here: a stream is not read twice in a pass.
+        let h = match self.rx.header(&mut self.stream) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Some(Step::Idle),
+            Err(RxError::Io(e)) => return Some(core.broken(e.to_string())),
+            Err(RxError::Wire(e)) => {
+                return Some(self.violation(core, &format!("malformed frame: {e}")))
+            }
         };
         self.stalled = None;
         let mode = match h.kind {
@@ -939,6 +947,7 @@ mod tests {
         bytes: Vec<u8>,
         at: usize,
         step: usize,
+        reads: usize,
     }
 
     impl ByteStream for Trickle {
@@ -949,6 +958,7 @@ mod tests {
             Ok(bufs.iter().map(|b| b.len()).sum())
         }
         fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
             let n = dst.len().min(self.step).min(self.bytes.len() - self.at);
             dst[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
             self.at += n;
@@ -1008,6 +1018,7 @@ mod tests {
                 bytes: bytes.clone(),
                 at: 0,
                 step,
+                reads: 0,
             };
             let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
             let mut core = core();
@@ -1043,19 +1054,26 @@ mod tests {
     }
 
     /// A frame the short path may not take (out of order, for another
-    /// endpoint) is refused as by the general path.
+    /// endpoint, not a header at all) is refused as by the general path.
     #[test]
     fn the_short_path_refuses_what_the_general_one_does() {
-        for (seq, dst, what) in [(1, 5, "out of order"), (0, 6, "another endpoint")] {
+        let cases = [
+            (1, 5, 0, "out of order"),
+            (0, 6, 0, "another endpoint"),
+            (0, 5, 0xff, "malformed frame"),
+        ];
+        for (seq, dst, spoil, what) in cases {
             let mut h = Header::new(FrameKind::Data);
             (h.src_node, h.src_ep, h.dst_ep, h.seq) = (1, 7, dst, seq);
             (h.total, h.len) = (8, 8);
             let mut bytes = h.encode().to_vec();
+            bytes[0] ^= spoil;
             bytes.extend_from_slice(&[9; 8]);
             let stream = Trickle {
                 bytes,
                 at: 0,
                 step: usize::MAX,
+                reads: 0,
             };
             let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
             let mut core = core();
@@ -1064,5 +1082,22 @@ mod tests {
             assert!(core.lost.contains(what), "{what}: {}", core.lost);
             assert_eq!(core.stats.bad_frames, 1);
         }
+    }
+
+    /// A pass that finds nothing for a waiting reader looks at the stream
+    /// once (a look at a socket is a system call).
+    #[test]
+    fn an_idle_pass_reads_the_stream_once() {
+        let stream = Trickle {
+            bytes: Vec::new(),
+            at: 0,
+            step: usize::MAX,
+            reads: 0,
+        };
+        let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
+        let mut core = core();
+        let mut buf = [0u8; 64];
+        assert_eq!(f.progress(&mut core, Some(&mut buf)), Step::Idle);
+        assert_eq!(f.stream.reads, 1);
     }
 }
