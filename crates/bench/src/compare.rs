@@ -204,6 +204,18 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     if let Some(install) = peers::missing(&tools) {
         eprintln!("peers missing: install them with `{install}`; their rows show n.a.");
     }
+    let stray = peers::running(&tools);
+    if !stray.is_empty() {
+        let list: Vec<String> = stray
+            .iter()
+            .map(|(pid, p)| format!("{p} ({pid})"))
+            .collect();
+        eprintln!(
+            "warning: already running here: {}; they take CPU from both sides of every row \
+             (a busy-polling server takes a whole core): stop them for figures that mean anything",
+            list.join(", ")
+        );
+    }
     let has_ucx = ucx_perftest::TOOL.installed();
     let has_sockperf = sockperf::TOOL.installed();
     let mut s = Session::open(exe, None)?;

@@ -59,6 +59,38 @@ pub fn missing(tools: &[Tool]) -> Option<String> {
     (!packages.is_empty()).then(|| format!("apt-get install {}", packages.join(" ")))
 }
 
+/// Processes of `tools` already running on this machine, as (pid,
+/// program), zombies left out: a peer's server left over from an earlier
+/// run (a busy-polling sockperf, say) takes a core from both sides of
+/// every figure, and on two cores ruins them.
+pub fn running(tools: &[Tool]) -> Vec<(u32, &'static str)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((comm, state)) = name_and_state_in_stat(&stat) else {
+            continue;
+        };
+        if state == 'Z' {
+            continue;
+        }
+        // The kernel keeps 15 bytes of a name.
+        let named = |t: &&Tool| t.program.get(..15).unwrap_or(t.program) == comm;
+        if let Some(t) = tools.iter().find(named) {
+            found.push((pid, t.program));
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
 /// `program` to be run here, or inside network namespace `ns`.
 pub fn command(ns: Option<&str>, program: &str) -> Command {
     match ns {
@@ -108,6 +140,14 @@ impl Server {
         let per_s = rustix::param::clock_ticks_per_second().max(1);
         Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
     }
+}
+
+/// The command name and the state letter of a `/proc/PID/stat` line:
+/// "pid (name) state ...", where the name may hold anything, parentheses too.
+fn name_and_state_in_stat(stat: &str) -> Option<(&str, char)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let (_, name) = head.split_once('(')?;
+    Some((name, rest.trim_start().chars().next()?))
 }
 
 /// utime + stime of a `/proc/PID/stat` line, in clock ticks: the 12th and
@@ -227,6 +267,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn running_peers_are_found_and_the_dead_are_not() {
+        let tool = Tool {
+            program: "sleep",
+            package: "coreutils",
+        };
+        let mut child = Server::start(Command::new("sleep").arg("30"), Duration::ZERO).unwrap();
+        let pid = child.0.id();
+        assert!(running(&[tool]).contains(&(pid, "sleep")));
+        let other = Tool {
+            program: "no-such-peer",
+            package: "none",
+        };
+        assert!(!running(&[other]).iter().any(|&(p, _)| p == pid));
+        child.0.kill().expect("kill");
+        // Killed and not yet waited for: a zombie, not running.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while running(&[tool]).contains(&(pid, "sleep")) {
+            assert!(Instant::now() < deadline, "a killed peer still shows");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
     fn a_missing_tool_is_named_by_its_package() {
         let sh = Tool {
             program: "sh",
@@ -249,6 +312,8 @@ mod tests {
         let stat = "4242 (a (b) c) Z 17 4242 4242 0 -1 4194560 120 0 0 0 150 37 0 0 20 0 1";
         assert_eq!(cpu_ticks_in_stat(stat), Some(187));
         assert_eq!(cpu_ticks_in_stat("1 (x) S 1 2"), None);
+        assert_eq!(name_and_state_in_stat(stat), Some(("a (b) c", 'Z')));
+        assert_eq!(name_and_state_in_stat("1 x S"), None);
         // One that burns a while, one that sleeps, one that does not end.
         let busy = Server::start(
             Command::new("sh").args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"]),
