@@ -972,6 +972,17 @@ mod tests {
         }
     }
 
+    /// A connection from endpoint 1:7 reading `bytes`, `step` at a time.
+    fn framed(bytes: Vec<u8>, step: usize) -> Framed<Trickle> {
+        let stream = Trickle {
+            bytes,
+            at: 0,
+            step,
+            reads: 0,
+        };
+        Framed::new(Addr::new(1, 7), (0, 0), stream)
+    }
+
     fn core() -> Core {
         Core::new(
             5,
@@ -1014,13 +1025,7 @@ mod tests {
             bytes.extend((0..n).map(|j| (j + i) as u8));
         }
         for step in [1, 3, 8, 56, 57, 64, usize::MAX] {
-            let stream = Trickle {
-                bytes: bytes.clone(),
-                at: 0,
-                step,
-                reads: 0,
-            };
-            let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
+            let mut f = framed(bytes.clone(), step);
             let mut core = core();
             let mut buf = vec![0u8; 4096];
             for (i, &(kind, n)) in msgs.iter().enumerate() {
@@ -1069,13 +1074,7 @@ mod tests {
             let mut bytes = h.encode().to_vec();
             bytes[0] ^= spoil;
             bytes.extend_from_slice(&[9; 8]);
-            let stream = Trickle {
-                bytes,
-                at: 0,
-                step: usize::MAX,
-                reads: 0,
-            };
-            let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
+            let mut f = framed(bytes, usize::MAX);
             let mut core = core();
             let mut buf = [0u8; 64];
             assert_eq!(f.progress(&mut core, Some(&mut buf)), Step::Lost, "{what}");
@@ -1088,13 +1087,7 @@ mod tests {
     /// once (a look at a socket is a system call).
     #[test]
     fn an_idle_pass_reads_the_stream_once() {
-        let stream = Trickle {
-            bytes: Vec::new(),
-            at: 0,
-            step: usize::MAX,
-            reads: 0,
-        };
-        let mut f = Framed::new(Addr::new(1, 7), (0, 0), stream);
+        let mut f = framed(Vec::new(), usize::MAX);
         let mut core = core();
         let mut buf = [0u8; 64];
         assert_eq!(f.progress(&mut core, Some(&mut buf)), Step::Idle);
