@@ -899,27 +899,21 @@ impl Endpoint {
             let Some(conn) = self.slots[i].conn.as_mut() else {
                 continue;
             };
-            let step = conn.link.progress(&mut self.core, user.as_deref_mut());
-            let got = match step {
-                Step::Message { len, mode } => Some(conn.recv(i, gen, len, mode)),
-                Step::Delivered => self.core.got.take(),
-                _ => None,
-            };
-            match step {
-                Step::Idle => {}
-                Step::Moved => moved = true,
-                Step::Delivered | Step::Message { .. } => {
-                    let Some(r) = got else {
+            let r = match conn.link.progress(&mut self.core, user.as_deref_mut()) {
+                Step::Idle => continue,
+                Step::Moved => {
+                    moved = true;
+                    continue;
+                }
+                Step::Message { len, mode } => conn.recv(i, gen, len, mode),
+                Step::Delivered => match self.core.got.take() {
+                    Some(r) => r,
+                    None => {
                         debug_assert!(false, "a pass delivered nothing");
                         moved = true;
                         continue;
-                    };
-                    self.next_slot = if i + 1 == n { 0 } else { i + 1 };
-                    if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
-                        self.offer_to = Some(i);
                     }
-                    return Ok((Some(r), true));
-                }
+                },
                 Step::TooSmall(needed) => {
                     return Err(Error::BufferTooSmall {
                         needed: needed as usize,
@@ -930,8 +924,14 @@ impl Endpoint {
                     let reason = std::mem::take(&mut self.core.lost);
                     self.lose(i, reason);
                     moved = true;
+                    continue;
                 }
+            };
+            self.next_slot = if i + 1 == n { 0 } else { i + 1 };
+            if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
+                self.offer_to = Some(i);
             }
+            return Ok((Some(r), true));
         }
         // The datagram socket costs a system call per look: while polling,
         // look every pass only once datagrams are in use, else once every
