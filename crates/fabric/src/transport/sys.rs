@@ -42,6 +42,19 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
     }
 }
 
+/// Sends one buffer without blocking and without raising SIGPIPE: as
+/// [`send_vectored`] of one slice, without the kernel's vector import.
+pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: as in `send_vectored`.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let flags = net::SendFlags::DONTWAIT | net::SendFlags::NOSIGNAL;
+    match net::send(fd, buf, flags) {
+        Ok(n) => Ok(n),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Receives without blocking. `Ok(None)`: nothing there now. `Ok(Some(0))`:
 /// the peer closed the stream (only for a non-empty `dst`).
 pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<usize>> {
