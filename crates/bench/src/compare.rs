@@ -400,11 +400,16 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
 
     eprintln!("tcp and udp latency ...");
     // Polling beside sockperf busy-polling, waiting beside sockperf
-    // blocking; both sides' median and p99.
+    // blocking; both sides' median and p99. Each transport on a session of
+    // its own: sockperf's processes hold the one socket they measure, and
+    // so do our endpoints here, not the connections of the rows before
+    // (a polling endpoint looks at each of them, a system call now and
+    // then over tcp).
     for (t, m, udp) in [
         (Transport::Tcp, Mode::Reliable, false),
         (Transport::Udp, Mode::Datagram, true),
     ] {
+        let mut s = Session::open(exe, None)?;
         for (c, regime, ours_regime, peer_regime) in [
             (
                 Completion::Poll,
