@@ -56,8 +56,12 @@ fn run_in(ns: &str, args: &[&str]) -> (bool, String) {
 /// started in `b` on `port`, its rows written to `json`.
 fn bench_across(a: &str, b: &str, port: u16, args: &str, json: &std::path::Path) {
     let at = format!("10.77.0.2:{port}");
+    // Its node meets under a directory of the test's own, which goes with
+    // it: the target is killed at the end and leaves its socket file.
+    let runtime = tempfile::tempdir().unwrap();
+    let env = format!("XDG_RUNTIME_DIR={}", runtime.path().display());
     let serve = spawn(&[
-        "ip", "netns", "exec", b, EXE, "bench", "serve", "--tcp", &at,
+        "ip", "netns", "exec", b, "env", &env, EXE, "bench", "serve", "--tcp", &at,
     ]);
     assert!(serve.1.starts_with("ready"), "{}", serve.1);
     let mut all: Vec<&str> = vec!["bench"];

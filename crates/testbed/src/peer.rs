@@ -114,9 +114,22 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Asks it to end (SIGTERM), so that it removes what it made (the
+    /// socket files of its nodes), then kills it if it has not within 2 s.
+    pub fn end(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = rustix::process::Pid::from_child(&self.child);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            self.wait_exit(Duration::from_secs(2));
+        }
+        self.kill();
+    }
+}
+
 impl Drop for Peer {
     fn drop(&mut self) {
-        self.kill();
+        self.end();
     }
 }
 
