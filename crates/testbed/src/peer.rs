@@ -112,9 +112,7 @@ impl Peer {
         }
         false
     }
-}
 
-impl Peer {
     /// Asks it to end (SIGTERM), so that it removes what it made (the
     /// socket files of its nodes), then kills it if it has not within 2 s.
     pub fn end(&mut self) {

@@ -335,6 +335,7 @@ mod tests {
             }
         }
     }
+
     #[test]
     fn a_frame_in_pieces_arrives_whole_and_in_order_joined_or_not() {
         let (w, mut r) = pair();
