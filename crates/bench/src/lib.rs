@@ -22,7 +22,8 @@
 //! [`compare`] puts messaging figures beside ucx_perftest, iperf3 and
 //! sockperf; [`gateways`] runs PaScal's lanes in network namespaces beside
 //! the kernel's multipath routes (iperf3); [`files`] puts `macrolink cp`
-//! beside xrdcp and cp.
+//! beside xrdcp and cp. [`idle`] measures what quiet connections cost a
+//! busy one, in one process.
 
 pub mod client;
 pub mod clock;
@@ -31,6 +32,7 @@ pub mod demo;
 pub mod echo;
 pub mod files;
 pub mod gateways;
+pub mod idle;
 pub mod manage;
 pub mod peers;
 pub mod plot;

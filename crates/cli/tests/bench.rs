@@ -473,3 +473,29 @@ fn manage_bench_times_detection_resets_and_takeovers_and_stays_quiet_under_loss(
         assert_eq!(soak[k], 0, "{k}: {soak}");
     }
 }
+
+#[test]
+fn idle_rows_name_their_quiet_connections_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("idle.json");
+    let out = run(&[
+        "bench",
+        "idle",
+        "--quiet",
+        "0,6",
+        "--count",
+        "100",
+        "--completion",
+        "wait",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    let rows = json(&j);
+    assert_eq!(rows.len(), 2, "{out}");
+    for (r, quiet) in rows.iter().zip([0.0, 6.0]) {
+        assert_eq!(num(r, "quiet"), quiet);
+        assert!(num(r, "median_us") > 0.0 && num(r, "p99_us") >= num(r, "median_us"));
+    }
+    assert!(out.contains("both sides wait"), "{out}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+}

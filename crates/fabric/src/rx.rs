@@ -71,6 +71,9 @@ pub(crate) struct Core {
     pub(crate) got: Option<Recv>,
     /// Why the connection of the pass that returned [`Step::Lost`] broke.
     pub(crate) lost: String,
+    /// A connection of the pass is cold: it reads only when told to look
+    /// again (see `transport::tcp`).
+    pub(crate) cold: bool,
 }
 
 impl Core {
@@ -98,6 +101,7 @@ impl Core {
             timings: Timings::default(),
             got: None,
             lost: String::new(),
+            cold: false,
         }
     }
 

@@ -884,6 +884,68 @@ fn many_writers_one_waiting_reader(kind: Kind) {
     }
 }
 
+/// A reader of more connections than an endpoint reads each of on every
+/// look hears the one that speaks after a quiet spell long enough for all
+/// of them to go cold, polling or waiting, by a read that waits and by a
+/// look that does not.
+fn many_quiet(kind: Kind) {
+    if !kind.caps().connected {
+        return;
+    }
+    let Some(p) = Pair::new(kind) else { return };
+    const WRITERS: u32 = 12;
+    // Each write from a thread of its own: a UCX send may wait for the
+    // reader's progress.
+    let write = |(mut e, t): (Endpoint, Target), byte: u8| {
+        thread::spawn(move || {
+            e.write(t, &[byte]).unwrap();
+            (e, t)
+        })
+    };
+    for (round, c) in [Completion::Poll, Completion::Wait].into_iter().enumerate() {
+        let base = 100 + round as u32 * 50;
+        let mut rx = p.b.open(base, cfg(c)).unwrap();
+        let firsts: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let mut e = p.a.open(base + 1 + w, cfg(Completion::Poll)).unwrap();
+                let t = p.target(&mut e, Addr::new(2, base), kind.mode());
+                write((e, t), w as u8)
+            })
+            .collect();
+        let mut buf = [0u8; 64];
+        for _ in 0..WRITERS {
+            let r = rx.read_timeout(&mut buf, Duration::from_secs(10)).unwrap();
+            assert!(r.is_some(), "{c}: a first message did not come");
+        }
+        let mut writers: Vec<_> = firsts
+            .into_iter()
+            .map(|h| Some(h.join().unwrap()))
+            .collect();
+        for (i, w) in [7usize, 3, 11].into_iter().enumerate() {
+            // Quiet: a polling read goes through many passes meanwhile.
+            let r = rx
+                .read_timeout(&mut buf, Duration::from_millis(30))
+                .unwrap();
+            assert!(r.is_none(), "{c}: nothing was sent");
+            let h = write(writers[w].take().unwrap(), 100 + w as u8);
+            let r = if i == 1 && kind.tls.is_none() {
+                // Written, it is in the reader's socket or ring (loopback),
+                // and one look finds it.
+                writers[w] = Some(h.join().unwrap());
+                thread::sleep(Duration::from_millis(10));
+                let r = rx.try_read(&mut buf).unwrap();
+                r.unwrap_or_else(|| panic!("{c}: writer {w} spoke and a look missed it"))
+            } else {
+                let r = rx.read_timeout(&mut buf, Duration::from_secs(10)).unwrap();
+                writers[w] = Some(h.join().unwrap());
+                r.unwrap_or_else(|| panic!("{c}: writer {w} spoke and was not heard"))
+            };
+            let from = base + 1 + w as u32;
+            assert_eq!((r.len, buf[0], r.from.ep), (1, 100 + w as u8, from));
+        }
+    }
+}
+
 macro_rules! suite {
     ($($name:ident = $kind:expr;)*) => {$(
         mod $name {
@@ -973,6 +1035,11 @@ macro_rules! suite {
             #[test]
             fn a_waiting_reader_hears_many_writers() {
                 many_writers_one_waiting_reader(KIND)
+            }
+
+            #[test]
+            fn a_reader_of_many_quiet_connections_hears_the_one_that_speaks() {
+                many_quiet(KIND)
             }
         }
     )*};

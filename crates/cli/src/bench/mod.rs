@@ -4,6 +4,7 @@
 mod compare;
 mod files;
 mod gateways;
+mod idle;
 mod manage;
 mod messages;
 mod range;
@@ -28,6 +29,8 @@ enum BenchCommand {
     Breakdown(messages::OneArgs),
     /// Ours beside ucx_perftest, iperf3 and sockperf, with ratios.
     Compare(compare::Args),
+    /// A ping-pong while the endpoint also holds many quiet connections.
+    Idle(idle::Args),
     /// Through 1..N gateways in network namespaces, beside kernel ECMP (root).
     Gateways(gateways::Args),
     /// `macrolink cp` beside xrdcp (xrootd) and cp, same files, same run.
@@ -53,6 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             | BenchCommand::Oneway(_)
             | BenchCommand::Breakdown(_)
             | BenchCommand::Serve(_)
+            | BenchCommand::Idle(_)
     ) {
         macrolink_testbed::undo::on_signal()?;
     }
@@ -63,6 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Breakdown(a) => messages::breakdown(a),
         BenchCommand::Serve(a) => messages::serve(a),
         BenchCommand::Compare(a) => compare::run(a),
+        BenchCommand::Idle(a) => idle::run(a),
         BenchCommand::Gateways(a) => gateways::run(a),
         BenchCommand::Files(a) => files::run(a),
         BenchCommand::Range(a) => range::run(a),

@@ -8,6 +8,7 @@
 //! back until it does.
 
 mod onesided;
+mod waits;
 
 use macrolink_wire::{FrameKind, Header};
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use crate::pool::TokenPool;
 use crate::rx::{Body, Core, Ready, Step, NAP, SPINS_PER_CHECK};
 use crate::transport::contact::{Dialled, Inbox, Incoming, NodeShared, RAIL_USER_TIMEOUT_MS};
 use crate::transport::offer::PLACE_MIN;
+use crate::transport::tcp::COLD_EVERY;
 use crate::transport::udp::Udp;
 use crate::transport::{sys, ucx, Connection, SendState};
 use crate::types::{
@@ -123,6 +125,8 @@ pub struct Endpoint {
     ucx: Option<ucx::Port>,
     incoming: Vec<Incoming>,
     pollfds: Vec<libc::pollfd>,
+    /// The connections, watched by one epoll set when there are many.
+    waits: Box<waits::Waits>,
     next_slot: usize,
     /// The connection that last delivered a large reliable message: a
     /// waiting read offers it its buffer (see `transport::offer`).
@@ -133,6 +137,9 @@ pub struct Endpoint {
     /// Passes, busy or idle, until the next look at the UDP socket while
     /// it is not in use.
     udp_countdown: u32,
+    /// Passes that met a cold connection until the next look at the wait
+    /// set for what the cold ones have (polling).
+    cold_countdown: u32,
     /// The UDP socket may hold datagrams not looked for yet. A waiting
     /// endpoint looks at it only then: its sleep polls the socket and says
     /// when something came.
@@ -156,6 +163,7 @@ impl Endpoint {
             udp.as_ref().map_or(0, |u| u.port()),
             ucx.as_ref().map(|p| p.contact_card()),
         )?);
+        let waits = Box::new(waits::Waits::new()?);
         let token_size = cfg.token_size.max(node.mtu).max(4096);
         let tokens = cfg.tokens.max(1);
         let pool = TokenPool::new(tokens, token_size)?;
@@ -173,6 +181,7 @@ impl Endpoint {
             ucx,
             incoming: Vec::new(),
             pollfds: Vec::new(),
+            waits,
             next_slot: 0,
             data_header: {
                 let mut h = Header::new(FrameKind::Data);
@@ -184,6 +193,7 @@ impl Endpoint {
             idle_spins: 0,
             udp_hot: false,
             udp_countdown: 1,
+            cold_countdown: COLD_EVERY,
             udp_woke: true,
             in_send: false,
             send_timeout: cfg.send_timeout,
@@ -224,6 +234,9 @@ impl Endpoint {
                 .is_some_and(|c| c.peer.node != peer)
             {
                 if let Some(mut c) = self.slots[i].conn.take() {
+                    if self.waits.remove(i, c.link.read_fd()) {
+                        self.rewatch();
+                    }
                     c.link.release(&mut self.core.pool);
                     self.inbox.admits(c.peer, None);
                     self.forget_conn(i as u32, self.slots[i].gen);
@@ -472,7 +485,9 @@ impl Endpoint {
             }
         };
         let gen = self.slots[i].gen.wrapping_add(1);
-        let link = link.connect(peer, (i as u32, gen), self.ucx.as_mut())?;
+        let mut link = link.connect(peer, (i as u32, gen), self.ucx.as_mut())?;
+        let started = self.waits.add(i, link.read_fd())?;
+        link.watched(self.waits.watching());
         let s = &mut self.slots[i];
         s.gen = gen;
         s.conn = Some(Conn {
@@ -481,6 +496,9 @@ impl Endpoint {
             tx_seq: 0,
             link,
         });
+        if started {
+            self.rewatch();
+        }
         Ok(Route::Conn {
             slot: i as u32,
             gen,
@@ -789,8 +807,58 @@ impl Endpoint {
     /// while datagrams are not in use) is looked for now.
     fn look_again(&mut self) {
         self.udp_woke = true;
+        self.look_at_conns();
+    }
+
+    /// The next pass reads every connection that has something: a few
+    /// are read whatever they have, many are asked about first.
+    fn look_at_conns(&mut self) {
+        if self.waits.watching() {
+            self.look_at_set();
+        } else {
+            self.look_at_each();
+        }
+    }
+
+    /// Tells every connection whether the wait set watches it (it does
+    /// while there are more than a few; see `transport::tcp`).
+    fn rewatch(&mut self) {
+        let on = self.waits.watching();
+        for c in self.slots.iter_mut().filter_map(|s| s.conn.as_mut()) {
+            c.link.watched(on);
+        }
+    }
+
+    fn look_at_each(&mut self) {
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
+                c.link.look_again();
+            }
+        }
+    }
+
+    /// A pass met a cold connection.
+    #[cold]
+    #[inline(never)]
+    fn met_cold(&mut self) {
+        if self.core.completion == Completion::Poll {
+            self.cold_countdown -= 1;
+            if self.cold_countdown == 0 {
+                self.cold_countdown = COLD_EVERY;
+                self.look_at_set();
+            }
+        }
+    }
+
+    /// Asks the wait set which connections have something, and has the
+    /// next pass read those.
+    fn look_at_set(&mut self) {
+        if let Err(e) = self.waits.look() {
+            tracing::debug!("a look at the wait set failed: {e}; looking at each connection");
+            return self.look_at_each();
+        }
+        for i in self.waits.stirred_slots() {
+            if let Some(c) = self.slots.get_mut(i).and_then(|s| s.conn.as_mut()) {
                 c.link.look_again();
             }
         }
@@ -933,6 +1001,13 @@ impl Endpoint {
             }
             return Ok((Some(r), true));
         }
+        // Cold connections read nothing: while polling, on one pass in
+        // COLD_EVERY of those that met one, the wait set says which have
+        // something (one system call for all of them). A waiting endpoint's
+        // sleep says so.
+        if std::mem::take(&mut self.core.cold) {
+            self.met_cold();
+        }
         // The datagram socket costs a system call per look: while polling,
         // look every pass only once datagrams are in use, else once every
         // so many passes, busy or idle (a message arriving during that
@@ -990,6 +1065,9 @@ impl Endpoint {
     fn lose(&mut self, i: usize, reason: String) {
         let gen = self.slots[i].gen;
         if let Some(mut conn) = self.slots[i].conn.take() {
+            if self.waits.remove(i, conn.link.read_fd()) {
+                self.rewatch();
+            }
             conn.link.release(&mut self.core.pool);
             self.core.puts.lose(i as u32, gen, conn.peer);
             self.forget_conn(i as u32, gen);
@@ -1056,6 +1134,8 @@ impl Endpoint {
         }
         // A failed `poll` is reported after the offer is withdrawn.
         let mut polled = Ok(0);
+        // Many connections are polled through the wait set's descriptor.
+        let watching = self.waits.watching();
         if armed {
             self.pollfds.clear();
             self.pollfds
@@ -1068,10 +1148,15 @@ impl Endpoint {
                 self.pollfds
                     .push(sys::pollfd(p.raw_fd(), sys::Interest::Read));
             }
-            for s in &self.slots {
-                if let Some(c) = &s.conn {
-                    self.pollfds
-                        .push(sys::pollfd(c.link.read_fd(), sys::Interest::Read));
+            if watching {
+                self.pollfds
+                    .push(sys::pollfd(self.waits.fd(), sys::Interest::Read));
+            } else {
+                for s in &self.slots {
+                    if let Some(c) = &s.conn {
+                        self.pollfds
+                            .push(sys::pollfd(c.link.read_fd(), sys::Interest::Read));
+                    }
                 }
             }
             let timeout = match deadline {
@@ -1092,12 +1177,29 @@ impl Endpoint {
             // Connections whose socket had nothing are not read on the next
             // pass (a system call each, over tcp); those that stirred are.
             let first = 1 + usize::from(self.udp.is_some()) + usize::from(self.ucx.is_some());
-            let conns = self.slots.iter_mut().filter_map(|s| s.conn.as_mut());
-            for (c, p) in conns.zip(&self.pollfds[first..]) {
-                if p.revents == 0 {
-                    c.link.quiet();
-                } else {
-                    c.link.look_again();
+            if watching {
+                // The set stirred: it says which did (or, failing, all are
+                // read).
+                let set_stirred = self.pollfds[first].revents != 0;
+                let all = set_stirred && self.waits.look().is_err();
+                let stirred = |i| all || (set_stirred && self.waits.stirred(i));
+                for (i, s) in self.slots.iter_mut().enumerate() {
+                    if let Some(c) = s.conn.as_mut() {
+                        if stirred(i) {
+                            c.link.look_again();
+                        } else {
+                            c.link.quiet();
+                        }
+                    }
+                }
+            } else {
+                let conns = self.slots.iter_mut().filter_map(|s| s.conn.as_mut());
+                for (c, p) in conns.zip(&self.pollfds[first..]) {
+                    if p.revents == 0 {
+                        c.link.quiet();
+                    } else {
+                        c.link.look_again();
+                    }
                 }
             }
         }

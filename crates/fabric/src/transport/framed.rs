@@ -120,6 +120,7 @@ impl<S: ByteStream> Framed<S> {
         // writer hears of it once in many, not after each.
         if !matches!(step, Step::Delivered | Step::Message { .. }) {
             self.stream.read_done();
+            core.cold |= self.stream.cold();
         }
         step
     }
@@ -545,6 +546,8 @@ impl<S: ByteStream> Framed<S> {
                 }
             }
         }
+        // The rest of a message is awaited: read the stream, cold or not.
+        self.stream.look_again();
         None
     }
 
@@ -784,6 +787,10 @@ impl<S: ByteStream> Connection for Framed<S> {
 
     fn quiet(&mut self) {
         self.stream.quiet()
+    }
+
+    fn watched(&mut self, on: bool) {
+        self.stream.watched(on)
     }
 
     fn control(&mut self) -> &mut Control {

@@ -157,6 +157,13 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// it next (a tcp read, the end of a shared-memory sleep) may skip its
     /// system call.
     fn quiet(&mut self) {}
+    /// Reads nothing until [`look_again`](Self::look_again): its
+    /// endpoint's wait set says when.
+    fn cold(&self) -> bool {
+        false
+    }
+    /// Its endpoint's wait set watches it (or no longer does).
+    fn watched(&mut self, _on: bool) {}
     /// Sends a descriptor to the peer (shared memory only).
     fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
@@ -269,6 +276,9 @@ pub(crate) trait Connection: fmt::Debug + Send {
     fn look_again(&mut self) {}
     /// The sleep's `poll` found nothing on [`read_fd`](Self::read_fd).
     fn quiet(&mut self) {}
+    /// Its endpoint's wait set watches it (or no longer does): cold, it
+    /// reads nothing until told to look again (see `tcp`).
+    fn watched(&mut self, _on: bool) {}
     /// Answers and replies its receive side left.
     fn control(&mut self) -> &mut Control;
     /// Its one-sided access to the peer's regions, if the transport has it.

@@ -153,6 +153,66 @@ impl EventFd {
     }
 }
 
+/// An epoll set, level-triggered, of descriptors waited on for reading.
+#[derive(Debug)]
+pub(crate) struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub(crate) fn new() -> io::Result<Epoll> {
+        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 just returned this descriptor; nothing else
+        // owns it.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds `fd`, reported with `data` when it is readable.
+    pub(crate) fn add(&self, fd: RawFd, data: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: data,
+        };
+        syscall!(epoll_ctl(
+            self.0.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd,
+            &mut ev
+        ))
+        .map(drop)
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Takes `fd` out.
+    pub(crate) fn delete(&self, fd: RawFd) -> io::Result<()> {
+        let null = std::ptr::null_mut();
+        syscall!(epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, null)).map(drop)
+    }
+
+    /// Waits until a descriptor in the set is ready or `timeout` passes
+    /// (zero: not at all; else at least a millisecond, as [`poll`]'s);
+    /// fills the front of `events` and returns how many. A signal ends it
+    /// early, as nothing ready.
+    pub(crate) fn wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        timeout: Duration,
+    ) -> io::Result<usize> {
+        let ms = if timeout.is_zero() {
+            0
+        } else {
+            timeout.as_millis().clamp(1, i32::MAX as u128) as i32
+        };
+        let max = events.len().min(i32::MAX as usize) as i32;
+        match syscall!(epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms)) {
+            Ok(n) => Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Unblocks a thread sitting in `accept` on `fd`.
 pub(crate) fn shutdown(fd: RawFd) {
     let _ = syscall!(shutdown(fd, libc::SHUT_RDWR));
