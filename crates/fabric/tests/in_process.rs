@@ -97,3 +97,38 @@ fn rails_to_one_peer_are_separate_connections() {
     got.sort();
     assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
 }
+
+/// A tcp connection is its endpoint's by the time its dialler hears it was
+/// taken: told over another connection, the endpoint replies over it at
+/// once, though its node could not dial the dialler's (it does not know
+/// where it is).
+#[test]
+fn a_dialled_connection_is_the_endpoints_before_the_dialler_hears_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    let mut a_ctl = a.open(1, EndpointConfig::default()).unwrap();
+    let mut b_ctl = b.open(1, EndpointConfig::default()).unwrap();
+    let tell = a_ctl
+        .target_via(Addr::new(2, 1), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..200u32 {
+        let ep = 100 + i;
+        let mut a_data = a.open(ep, EndpointConfig::default()).unwrap();
+        let mut b_data = b.open(ep, EndpointConfig::default()).unwrap();
+        // Dialled: the handshake is over when this returns.
+        a_data
+            .target_via(Addr::new(2, ep), Mode::Reliable, Transport::Tcp)
+            .unwrap();
+        a_ctl.write(tell, &ep.to_le_bytes()).unwrap();
+        b_ctl.read(&mut buf).unwrap();
+        let back = b_data
+            .target_via(Addr::new(1, ep), Mode::Reliable, Transport::Tcp)
+            .unwrap_or_else(|e| panic!("round {i}: no way back: {e}"));
+        b_data.write(back, b"back").unwrap();
+        let r = a_data.read(&mut buf).unwrap();
+        assert_eq!(&buf[..r.len], b"back");
+    }
+}

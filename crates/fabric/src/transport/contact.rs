@@ -550,23 +550,14 @@ pub(crate) fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Resu
     }
 }
 
-fn refuse(s: &mut impl Write, why: Refusal) -> io::Result<Outcome> {
+fn refuse(s: &mut impl Write, why: Refusal) -> io::Result<()> {
     let mut h = Header::new(FrameKind::HelloRefused);
     h.offset = why.code();
-    s.write_all(&h.encode())?;
-    Ok(Outcome::Done)
-}
-
-/// What a handshake ends with.
-enum Outcome {
-    /// Hand this stream to the endpoint.
-    Adopt(Arc<Inbox>, Box<Incoming>),
-    /// Nothing to hand on (answered a resolve, or refused).
-    Done,
+    s.write_all(&h.encode())
 }
 
 fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
-    let outcome = match acc {
+    match acc {
         Accepted::Tcp(mut s) => {
             let from = Source::Ip(s.peer_addr()?.ip());
             let pass = shared.gate.enter(from, &s)?;
@@ -581,7 +572,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 }
                 sock.set_nonblocking(true)?;
                 Ok(Dialled::Tcp(sock))
-            })?
+            })
         }
         Accepted::Unix(mut s) => {
             let uid =
@@ -595,32 +586,28 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 let map = ShmStream::open(fd, h.total as usize)?;
                 let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock)?;
                 Ok(Dialled::Shm(stream))
-            })?
+            })
         }
-    };
-    if let Outcome::Adopt(inbox, inc) = outcome {
-        inbox.push(*inc);
     }
-    Ok(())
 }
 
 /// The acceptor's side of the handshake, all of it by `until`: challenge,
-/// hello and proof, the checks, then `make` builds the stream before the
-/// answer goes out.
+/// hello and proof, the checks, then `make` builds the stream, which goes
+/// to its endpoint before the answer goes out.
 fn greet<S>(
     shared: &NodeShared,
     s: &mut S,
     until: Instant,
     unix: bool,
     make: impl FnOnce(&Header, Option<OwnedFd>) -> io::Result<Dialled>,
-) -> io::Result<Outcome>
+) -> io::Result<()>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
     let mut t = Timed { stream: s, until };
     let (heard, inbox, fd) = match hear_hello(shared, &mut t, unix)? {
-        Ok(h) => h,
-        Err(outcome) => return Ok(outcome),
+        Some(h) => h,
+        None => return Ok(()),
     };
     let h = heard.hello;
     let peer = Addr::new(h.src_node, h.src_ep);
@@ -645,11 +632,14 @@ where
         }
     };
     let (Some(side), Dialled::Tcp(sock)) = (side, &stream) else {
+        // The connection is the endpoint's before the answer goes: the
+        // initiator, answered, may tell the endpoint over another
+        // connection to reply over this one, and the endpoint must then
+        // find it. An answer that fails leaves it to find the connection
+        // closed.
+        inbox.push(Incoming { peer, link: stream });
         answer(&mut t)?;
-        return Ok(Outcome::Adopt(
-            inbox,
-            Box::new(Incoming { peer, link: stream }),
-        ));
+        return Ok(());
     };
     // UCX: the cards follow the answer; the connection is the endpoint's
     // before this side's card goes, so that the peer's first message finds
@@ -657,18 +647,14 @@ where
     let Some((index, token)) = side.allocate()? else {
         return refuse(&mut t, Refusal::Busy);
     };
-    let traded = (|| -> io::Result<()> {
-        answer(&mut t)?;
-        let card = read_card(&mut t).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let contact =
-            ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone()).accepted();
-        inbox.push(Incoming {
-            peer,
-            link: Dialled::Ucx(contact),
-        });
-        t.write_all(&side.card(index, token).encode())
-    })();
-    traded.map(|()| Outcome::Done)
+    answer(&mut t)?;
+    let card = read_card(&mut t).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let contact = ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone()).accepted();
+    inbox.push(Incoming {
+        peer,
+        link: Dialled::Ucx(contact),
+    });
+    t.write_all(&side.card(index, token).encode())
 }
 
 /// Reads a peer's UCX card, all of it within the handshake's deadline.
@@ -689,14 +675,14 @@ fn read_card<S: Read + AsRawFd>(
 }
 
 /// The acceptor's side of the handshake up to its answer: challenge, hello
-/// and proof, the checks. A resolve is answered here. `Err` holds what
-/// the handshake ended with when nothing is left to do.
+/// and proof, the checks. A resolve is answered here. `None`: nothing is
+/// left to do (answered, or refused).
 #[allow(clippy::type_complexity)]
 fn hear_hello<S>(
     shared: &NodeShared,
     t: &mut Timed<'_, S>,
     unix: bool,
-) -> io::Result<std::result::Result<(Heard, Arc<Inbox>, Option<OwnedFd>), Outcome>>
+) -> io::Result<Option<(Heard, Arc<Inbox>, Option<OwnedFd>)>>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
@@ -707,28 +693,28 @@ where
     let (msg, fd) = read_hello(t, unix)?;
     let heard = match check(&shared.key, &challenge.nonce, &msg) {
         Ok(h) => h,
-        Err(why) => return refuse(t, why).map(Err),
+        Err(why) => return refuse(t, why).map(|()| None),
     };
     let h = heard.hello;
     let Some(inbox) = shared.inbox(h.dst_ep) else {
-        return refuse(t, Refusal::NoSuchEndpoint).map(Err);
+        return refuse(t, Refusal::NoSuchEndpoint).map(|()| None);
     };
     let peer = Addr::new(h.src_node, h.src_ep);
     if h.flags.contains(Flags::CONTACT) {
         // For a relay: a node has no file service contact to give.
-        return refuse(t, Refusal::Malformed).map(Err);
+        return refuse(t, Refusal::Malformed).map(|()| None);
     }
     if h.flags.contains(Flags::RESOLVE_UDP) {
         let mut a = Header::new(FrameKind::HelloOk);
         a.offset = u64::from(inbox.udp_port);
         t.write_all(heard.answer(&shared.key, &a).as_slice())?;
-        return Ok(Err(Outcome::Done));
+        return Ok(None);
     }
     if !inbox.admits(peer, Some(h.key)) {
         tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);
-        return refuse(t, Refusal::OtherSession).map(Err);
+        return refuse(t, Refusal::OtherSession).map(|()| None);
     }
-    Ok(Ok((heard, inbox, fd)))
+    Ok(Some((heard, inbox, fd)))
 }
 
 /// A hello whose proof was checked, waiting for its answer.
