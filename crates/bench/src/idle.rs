@@ -169,34 +169,3 @@ pub fn table(plan: &Plan, rows: &[Row]) -> String {
     }
     out
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_come_in_order_with_their_quiet_connections_held_and_both_completions_answer() {
-        for completion in [Completion::Poll, Completion::Wait] {
-            let plan = Plan {
-                quiet: vec![0, 6],
-                transport: Transport::Tcp,
-                completion,
-                size: 64,
-                count: 100,
-            };
-            let mut seen = Vec::new();
-            let rows = plan.run(|r| seen.push(r.quiet)).unwrap();
-            assert_eq!(seen, [0, 6].repeat(ROUNDS));
-            assert_eq!(rows.iter().map(|r| r.quiet).collect::<Vec<_>>(), [0, 6]);
-            for r in &rows {
-                assert!(r.median_us > 0.0 && r.p99_us >= r.median_us, "{r:?}");
-            }
-            let t = table(&plan, &rows);
-            assert_eq!(t.lines().count(), 4, "{t}");
-            assert!(
-                t.lines().nth(3).unwrap().trim_start().starts_with('6'),
-                "{t}"
-            );
-        }
-    }
-}
