@@ -9,6 +9,10 @@
 
 mod common;
 
+use common::{busy_read, Flood};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use macrolink_fabric::{
     Addr, Caps, Completion, Endpoint, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind,
     Refusal, RegionKey, Target, Transport, UcxOptions,
@@ -884,6 +888,46 @@ fn many_writers_one_waiting_reader(kind: Kind) {
     }
 }
 
+/// A write from a thread of its own: a UCX send may wait for the reader's
+/// progress.
+fn write_apart(
+    (mut e, t): (Endpoint, Target),
+    bytes: Vec<u8>,
+) -> thread::JoinHandle<(Endpoint, Target)> {
+    thread::spawn(move || {
+        e.write(t, &bytes).unwrap();
+        (e, t)
+    })
+}
+
+/// `count` writers to `rx` (endpoint `base` of node 2), from endpoints
+/// `base + 1..` of node 1, each heard once by `rx`.
+fn writers_heard(
+    p: &Pair,
+    kind: Kind,
+    rx: &mut Endpoint,
+    base: u32,
+    count: u32,
+) -> Vec<Option<(Endpoint, Target)>> {
+    let c = rx.completion();
+    let firsts: Vec<_> = (0..count)
+        .map(|w| {
+            let mut e = p.a.open(base + 1 + w, cfg(Completion::Poll)).unwrap();
+            let t = p.target(&mut e, Addr::new(2, base), kind.mode());
+            write_apart((e, t), vec![w as u8])
+        })
+        .collect();
+    let mut buf = [0u8; 64];
+    for _ in 0..count {
+        let r = rx.read_timeout(&mut buf, Duration::from_secs(10)).unwrap();
+        assert!(r.is_some(), "{c}: a first message did not come");
+    }
+    firsts
+        .into_iter()
+        .map(|h| Some(h.join().unwrap()))
+        .collect()
+}
+
 /// A reader of more connections than an endpoint reads each of on every
 /// look hears the one that speaks after a quiet spell long enough for all
 /// of them to go cold, polling or waiting, by a read that waits and by a
@@ -893,41 +937,18 @@ fn many_quiet(kind: Kind) {
         return;
     }
     let Some(p) = Pair::new(kind) else { return };
-    const WRITERS: u32 = 12;
-    // Each write from a thread of its own: a UCX send may wait for the
-    // reader's progress.
-    let write = |(mut e, t): (Endpoint, Target), byte: u8| {
-        thread::spawn(move || {
-            e.write(t, &[byte]).unwrap();
-            (e, t)
-        })
-    };
     for (round, c) in [Completion::Poll, Completion::Wait].into_iter().enumerate() {
         let base = 100 + round as u32 * 50;
         let mut rx = p.b.open(base, cfg(c)).unwrap();
-        let firsts: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let mut e = p.a.open(base + 1 + w, cfg(Completion::Poll)).unwrap();
-                let t = p.target(&mut e, Addr::new(2, base), kind.mode());
-                write((e, t), w as u8)
-            })
-            .collect();
+        let mut writers = writers_heard(&p, kind, &mut rx, base, 12);
         let mut buf = [0u8; 64];
-        for _ in 0..WRITERS {
-            let r = rx.read_timeout(&mut buf, Duration::from_secs(10)).unwrap();
-            assert!(r.is_some(), "{c}: a first message did not come");
-        }
-        let mut writers: Vec<_> = firsts
-            .into_iter()
-            .map(|h| Some(h.join().unwrap()))
-            .collect();
         for (i, w) in [7usize, 3, 11].into_iter().enumerate() {
             // Quiet: a polling read goes through many passes meanwhile.
             let r = rx
                 .read_timeout(&mut buf, Duration::from_millis(30))
                 .unwrap();
             assert!(r.is_none(), "{c}: nothing was sent");
-            let h = write(writers[w].take().unwrap(), 100 + w as u8);
+            let h = write_apart(writers[w].take().unwrap(), vec![100 + w as u8]);
             let r = if i == 1 && kind.tls.is_none() {
                 // Written, it is in the reader's socket or ring (loopback),
                 // and one look finds it.
@@ -943,6 +964,60 @@ fn many_quiet(kind: Kind) {
             let from = base + 1 + w as u32;
             assert_eq!((r.len, buf[0], r.from.ep), (1, 100 + w as u8, from));
         }
+    }
+}
+
+/// A reader kept busy by one connection, a message always waiting on it,
+/// still hears another of its many connections that speaks after a quiet
+/// spell, polling or waiting: a busy reader never sleeps, and what a sleep
+/// would have seen must be looked for all the same.
+fn busy_and_quiet(kind: Kind) {
+    // A cold connection is looked at on one pass in 8 of those that met
+    // one: some tens of messages at most, where it was some hundreds
+    // (waiting) or thousands (polling).
+    const HEARD_WITHIN: u64 = 100;
+    if !kind.caps().connected {
+        return;
+    }
+    let Some(p) = Pair::new(kind) else { return };
+    const BUSY: usize = 0;
+    const QUIET: usize = 7;
+    for (round, c) in [Completion::Poll, Completion::Wait].into_iter().enumerate() {
+        let base = 300 + round as u32 * 50;
+        let mut rx = p.b.open(base, cfg(c)).unwrap();
+        let mut writers = writers_heard(&p, kind, &mut rx, base, 12);
+        // Quiet long enough for every connection to go cold.
+        let r = rx.read_timeout(&mut [0u8; 8], Duration::from_millis(30));
+        assert!(r.unwrap().is_none(), "{c}: nothing was sent");
+        let flood = Flood::start(writers[BUSY].take().unwrap(), |(e, t)| {
+            e.write(*t, &[0xEE; 200]).unwrap()
+        });
+        let mut quiet = None;
+        let written = Arc::new(AtomicBool::new(false));
+        let from = base + 1 + QUIET as u32;
+        let heard = busy_read(
+            &mut rx,
+            || {
+                let (mut e, t) = writers[QUIET].take().unwrap();
+                let written = written.clone();
+                quiet = Some(thread::spawn(move || {
+                    e.write(t, &[0x77]).unwrap();
+                    written.store(true, Ordering::Release);
+                    (e, t)
+                }));
+            },
+            || written.load(Ordering::Acquire),
+            |r, b| r.from.ep == from && b == [0x77],
+        );
+        let (busy, sent) = flood.end(&mut rx);
+        writers[BUSY] = Some(busy);
+        writers[QUIET] = quiet.map(|h| h.join().unwrap());
+        let heard = heard.unwrap_or_else(|| panic!("{c}: the quiet writer was never heard"));
+        assert!(
+            heard < HEARD_WITHIN,
+            "{c}: the quiet writer was heard after {heard} of the busy one's messages, read \
+             after its write ({sent} written)"
+        );
     }
 }
 
@@ -1040,6 +1115,11 @@ macro_rules! suite {
             #[test]
             fn a_reader_of_many_quiet_connections_hears_the_one_that_speaks() {
                 many_quiet(KIND)
+            }
+
+            #[test]
+            fn a_busy_reader_of_many_connections_still_hears_a_quiet_one() {
+                busy_and_quiet(KIND)
             }
         }
     )*};

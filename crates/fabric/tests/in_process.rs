@@ -4,12 +4,13 @@
 
 mod common;
 
-use common::nodes;
+use common::{busy_read, nodes, Flood};
 use macrolink_fabric::{
     Addr, Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RecvKind, Refusal, Transport,
 };
 use macrolink_testbed::data::pattern;
 use std::thread;
+use std::time::Duration;
 
 /// The bytes of a registered region, copied out.
 fn region_of(ep: &macrolink_fabric::Endpoint, key: macrolink_fabric::RegionKey) -> Option<Vec<u8>> {
@@ -130,5 +131,70 @@ fn a_dialled_connection_is_the_endpoints_before_the_dialler_hears_so() {
         b_data.write(back, b"back").unwrap();
         let r = a_data.read(&mut buf).unwrap();
         assert_eq!(&buf[..r.len], b"back");
+    }
+}
+
+/// A reader kept busy by a tcp connection, a message always waiting on it,
+/// still hears a datagram, polling or waiting, datagrams in use before or
+/// not: a busy reader never sleeps, and what a sleep would have seen on
+/// the UDP socket must be looked for all the same.
+#[test]
+fn a_busy_reader_still_hears_a_datagram() {
+    // A UDP socket not in use is looked at on one pass in 1,024; one in
+    // use, on every pass (polling) or when a sleep saw it stir and on one
+    // pass in 1,024 (waiting). A reader that never looked heard it after
+    // the whole flood.
+    const HEARD_WITHIN: u64 = 1_100;
+    let (a, b, _d) = nodes();
+    for (round, (c, warm)) in [
+        (Completion::Poll, false),
+        (Completion::Poll, true),
+        (Completion::Wait, false),
+        (Completion::Wait, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ep = 10 + round as u32 * 10;
+        let cfg = EndpointConfig {
+            completion: c,
+            ..EndpointConfig::default()
+        };
+        let mut rx = b.open(ep, cfg).unwrap();
+        let mut busy = a.open(ep + 1, EndpointConfig::default()).unwrap();
+        let mut dg = a.open(ep + 2, EndpointConfig::default()).unwrap();
+        let bt = busy
+            .target_via(Addr::new(2, ep), Mode::Reliable, Transport::Tcp)
+            .unwrap();
+        let dt = dg
+            .target_via(Addr::new(2, ep), Mode::Datagram, Transport::Udp)
+            .unwrap();
+        let mut buf = [0u8; 8];
+        busy.write(bt, b"first").unwrap();
+        assert_eq!(rx.read(&mut buf).unwrap().from.ep, ep + 1);
+        if warm {
+            dg.write(dt, b"warm").unwrap();
+            let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+            assert_eq!(
+                r.map(|r| r.from.ep),
+                Some(ep + 2),
+                "{c}: no warm-up datagram"
+            );
+        }
+        let flood = Flood::start(busy, move |e| e.write(bt, &[0xEE; 200]).unwrap());
+        let heard = busy_read(
+            &mut rx,
+            || dg.write(dt, b"dgram").unwrap(),
+            || true,
+            |r, b| r.from.ep == ep + 2 && b == b"dgram",
+        );
+        let (_, sent) = flood.end(&mut rx);
+        let heard =
+            heard.unwrap_or_else(|| panic!("{c}, warm {warm}: the datagram was never heard"));
+        assert!(
+            heard < HEARD_WITHIN,
+            "{c}, warm {warm}: the datagram was heard after {heard} of the busy one's messages, \
+             read after it was sent ({sent} written)"
+        );
     }
 }

@@ -841,12 +841,10 @@ impl Endpoint {
     #[cold]
     #[inline(never)]
     fn met_cold(&mut self) {
-        if self.core.completion == Completion::Poll {
-            self.cold_countdown -= 1;
-            if self.cold_countdown == 0 {
-                self.cold_countdown = COLD_EVERY;
-                self.look_at_set();
-            }
+        self.cold_countdown -= 1;
+        if self.cold_countdown == 0 {
+            self.cold_countdown = COLD_EVERY;
+            self.look_at_set();
         }
     }
 
@@ -941,6 +939,15 @@ impl Endpoint {
     #[inline(always)]
     fn progress_with(&mut self, mut user: Option<&mut [u8]>) -> Result<(Option<Recv>, bool)> {
         self.adopt_incoming();
+        // Cold connections read nothing: on every COLD_EVERY-th pass that
+        // follows one that met a cold connection, the wait set says which
+        // have something (one system call for all of them). Checked here,
+        // not at the end of a pass: a pass that delivers ends early, and a
+        // reader kept busy by one connection (polling, or waiting and so
+        // never asleep) would never look.
+        if std::mem::take(&mut self.core.cold) {
+            self.met_cold();
+        }
         let mut moved = false;
         // UCX first: what its worker holds for a connection goes ahead of
         // the loss a pass over the connections may find for it.
@@ -956,6 +963,41 @@ impl Endpoint {
                 Step::Moved => moved = true,
                 // The port's messages come as `Delivered`.
                 Step::Idle | Step::Lost | Step::Message { .. } => {}
+            }
+        }
+        // The datagram socket costs a system call per look: while polling,
+        // look every pass only once datagrams are in use, else once every
+        // so many passes, busy or idle (a message arriving during that
+        // system call waits for it; a steady stream on other connections
+        // does not keep a datagram waiting: the look comes before the
+        // connections, since a pass that delivers from one ends there).
+        // While waiting, look when the sleep saw the socket stir or when
+        // asked without a sleep, datagrams in use or not (a look that finds
+        // nothing is a system call the sleep's `poll` makes anyway), and
+        // once every so many passes (a busy reader does not sleep).
+        self.udp_countdown = self.udp_countdown.saturating_sub(1);
+        let look = self.udp_countdown == 0
+            || match self.core.completion {
+                Completion::Poll => self.udp_hot,
+                Completion::Wait => self.udp_woke,
+            };
+        if self.udp_countdown == 0 {
+            self.udp_countdown = UDP_LOOK_EVERY;
+        }
+        if look {
+            self.udp_woke = false;
+        }
+        if let Some(udp) = self.udp.as_mut().filter(|_| look) {
+            match udp.progress(&mut self.core, &self.inbox, user.as_deref_mut())? {
+                Step::Delivered => {
+                    self.udp_hot = true;
+                    return Ok((self.core.got.take(), true));
+                }
+                Step::Moved => {
+                    self.udp_hot = true;
+                    moved = true;
+                }
+                _ => {}
             }
         }
         let n = self.slots.len();
@@ -1000,46 +1042,6 @@ impl Endpoint {
                 self.offer_to = Some(i);
             }
             return Ok((Some(r), true));
-        }
-        // Cold connections read nothing: while polling, on one pass in
-        // COLD_EVERY of those that met one, the wait set says which have
-        // something (one system call for all of them). A waiting endpoint's
-        // sleep says so.
-        if std::mem::take(&mut self.core.cold) {
-            self.met_cold();
-        }
-        // The datagram socket costs a system call per look: while polling,
-        // look every pass only once datagrams are in use, else once every
-        // so many passes, busy or idle (a message arriving during that
-        // system call waits for it; a steady stream on other connections
-        // does not keep a datagram waiting). While waiting, look when the
-        // sleep saw the socket stir or when asked without a sleep, datagrams
-        // in use or not: a look that finds nothing is a system call the
-        // sleep's `poll` makes anyway.
-        self.udp_countdown = self.udp_countdown.saturating_sub(1);
-        let look = self.udp_countdown == 0
-            || match self.core.completion {
-                Completion::Poll => self.udp_hot,
-                Completion::Wait => self.udp_woke,
-            };
-        if self.udp_countdown == 0 {
-            self.udp_countdown = UDP_LOOK_EVERY;
-        }
-        if look {
-            self.udp_woke = false;
-        }
-        if let Some(udp) = self.udp.as_mut().filter(|_| look) {
-            match udp.progress(&mut self.core, &self.inbox, user)? {
-                Step::Delivered => {
-                    self.udp_hot = true;
-                    return Ok((self.core.got.take(), true));
-                }
-                Step::Moved => {
-                    self.udp_hot = true;
-                    moved = true;
-                }
-                _ => {}
-            }
         }
         Ok((None, moved))
     }
@@ -1181,6 +1183,8 @@ impl Endpoint {
                 // The set stirred: it says which did (or, failing, all are
                 // read).
                 let set_stirred = self.pollfds[first].revents != 0;
+                // The sleep asked the set: the count of passes starts over.
+                self.cold_countdown = COLD_EVERY;
                 let all = set_stirred && self.waits.look().is_err();
                 let stirred = |i| all || (set_stirred && self.waits.stirred(i));
                 for (i, s) in self.slots.iter_mut().enumerate() {

@@ -8,9 +8,10 @@
 //! (measured here: 4 % on a polling tcp ping-pong of one connection). Past
 //! [`WATCH_OVER`] connections the set watches all of them: a sleep polls
 //! the set's descriptor beside the inbox's wake-up, the UDP socket and the
-//! UCX worker, and asks the set which connections stirred when it did; a
-//! polling endpoint asks it which of its cold connections have something
-//! (see `transport::tcp`).
+//! UCX worker, and asks the set which connections stirred when it did; an
+//! endpoint that does not sleep (polling, or waiting but kept busy) asks
+//! it now and then which of its cold connections have something (see
+//! `transport::tcp`).
 //!
 //! ```text
 //!  a connection made ─► add(slot, fd)     gone ─► remove(slot, fd)

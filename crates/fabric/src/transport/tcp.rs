@@ -27,7 +27,10 @@
 //! polling endpoint 125 system calls a pass. A deeper stage, one look in 64 after some 500 idle passes, slowed
 //! the gateways: a relay's connection froze between two bursts of chunks,
 //! and eight striped transfers through one to four gateways fell from
-//! 0.93-1.00 to 0.73-0.85 of the links.
+//! 0.93-1.00 to 0.73-0.85 of the links. So did a set asked only by a
+//! polling endpoint and only at the end of a pass that delivered nothing:
+//! a gateway, waiting but busy with some flows' chunks, left the others'
+//! cold connections unread until it slept (0.60-0.89 of the links).
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
@@ -47,8 +50,10 @@ const COALESCE: usize = 512;
 
 /// Looks in a row that found nothing, after which a connection is cold.
 pub(crate) const COLD_AFTER: u32 = 64;
-/// A polling endpoint with a cold connection asks which have something on
-/// one pass in this many.
+/// An endpoint with a cold connection in its wait set asks the set which
+/// have something on one pass in this many of those that met one, polling
+/// or waiting (a busy waiting endpoint does not sleep, and so does not ask
+/// the set there).
 pub(crate) const COLD_EVERY: u32 = 8;
 
 /// A connected, non-blocking TCP socket and the bytes read ahead from it.

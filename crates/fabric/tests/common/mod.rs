@@ -1,11 +1,14 @@
 //! Helpers shared by the fabric's test suites (each uses some of them).
 #![allow(dead_code)]
 
-use macrolink_fabric::{key, Addr, Key, Node, NodeConfig};
+use macrolink_fabric::{key, Addr, Endpoint, Key, Node, NodeConfig, Recv};
 use macrolink_wire::{Challenge, FrameKind, Header, Proof, CHALLENGE_LEN, HEADER_LEN, MAC_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// A raw TCP connection from `src` to endpoint 5 of `node` that passed the
 /// handshake: a peer that does exactly what a test tells it.
@@ -125,4 +128,98 @@ pub fn nodes() -> (Node, Node, tempfile::TempDir) {
     a.add_peer(2, b.tcp_addr().unwrap());
     b.add_peer(1, a.tcp_addr().unwrap());
     (a, b, dir)
+}
+
+/// Most messages a [`Flood`] writes.
+pub const FLOOD_MAX: u64 = 20_000;
+
+/// A writer that keeps a reader busy: writes from a thread of its own,
+/// until stopped, [`FLOOD_MAX`] messages or 10 s.
+pub struct Flood<T> {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    handle: thread::JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Flood<T> {
+    /// Starts writing with `write`, which holds `state`.
+    pub fn start(mut state: T, mut write: impl FnMut(&mut T) + Send + 'static) -> Flood<T> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let handle = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(10);
+                let mut n = 0u64;
+                while n < FLOOD_MAX && !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    write(&mut state);
+                    n += 1;
+                    sent.store(n, Ordering::Relaxed);
+                }
+                state
+            })
+        };
+        Flood { stop, sent, handle }
+    }
+
+    /// Stops it and takes its state back, reading with `rx` meanwhile (a
+    /// write may wait for the reader); returns how many it wrote.
+    pub fn end(self, rx: &mut Endpoint) -> (T, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut buf = vec![0u8; 64 << 10];
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.handle.is_finished() && Instant::now() < until {
+            rx.read_timeout(&mut buf, Duration::from_millis(10))
+                .unwrap();
+        }
+        assert!(self.handle.is_finished(), "the flood did not end");
+        let state = self.handle.join().unwrap();
+        // What is left, read, so that nothing is left unread at close.
+        for _ in 0..FLOOD_MAX {
+            let r = rx.read_timeout(&mut buf, Duration::from_millis(50));
+            if r.unwrap().is_none() {
+                break;
+            }
+        }
+        (state, self.sent.load(Ordering::Relaxed))
+    }
+}
+
+/// Messages a [`busy_read`] reads before it has the quiet side speak.
+pub const SPEAKS_AFTER: u64 = 200;
+
+/// Reads as a busy reader does (50 us of work on each message, slower
+/// than a flood writes) until `wanted` says a message is the one looked
+/// for; `speak` is called once, when [`SPEAKS_AFTER`] messages have been
+/// read, and `spoken` says when what it wrote has left the writer.
+/// Returns how many messages came between that and the one looked for,
+/// `None` if it did not come within 20 s.
+pub fn busy_read(
+    rx: &mut Endpoint,
+    mut speak: impl FnMut(),
+    spoken: impl Fn() -> bool,
+    wanted: impl Fn(&Recv, &[u8]) -> bool,
+) -> Option<u64> {
+    let mut buf = [0u8; 256];
+    let (mut busy, mut since) = (0u64, None);
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        if busy == SPEAKS_AFTER {
+            speak();
+        }
+        if since.is_none() && busy >= SPEAKS_AFTER && spoken() {
+            since = Some(busy);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let r = rx.read_timeout(&mut buf, left).unwrap()?;
+        if wanted(&r, &buf[..r.len]) {
+            return Some(busy - since.unwrap_or(busy));
+        }
+        busy += 1;
+        let work = Instant::now() + Duration::from_micros(50);
+        while Instant::now() < work {
+            std::hint::spin_loop();
+        }
+    }
+    None
 }
