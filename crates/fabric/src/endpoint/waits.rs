@@ -49,6 +49,10 @@ pub(crate) struct Waits {
     stirred: Vec<u64>,
     /// The number of the last look (the first is 1).
     looks: u64,
+    /// While the set watches, the slots a pass reads, a bit each: a cold
+    /// connection dozes (its bit clear) until a look finds it stirred, so
+    /// that a pass walks past none of a thousand quiet connections.
+    awake: Vec<u64>,
 }
 
 impl Waits {
@@ -62,6 +66,7 @@ impl Waits {
             ready: 0,
             stirred: Vec::new(),
             looks: 0,
+            awake: Vec::new(),
         })
     }
 
@@ -71,7 +76,9 @@ impl Waits {
         if self.fds.len() <= slot {
             self.fds.resize(slot + 1, None);
             self.stirred.resize(slot + 1, 0);
+            self.awake.resize(slot / 64 + 1, 0);
         }
+        self.wake(slot);
         if let Some(old) = self.fds[slot] {
             self.remove(slot, old);
         }
@@ -120,6 +127,7 @@ impl Waits {
             }
         }
         self.watching = true;
+        self.wake_all();
         Ok(())
     }
 
@@ -145,12 +153,39 @@ impl Waits {
         self.looks += 1;
         self.ready = 0;
         self.ready = self.epoll.wait(&mut self.events, Duration::ZERO)?;
-        for e in &self.events[..self.ready] {
-            if let Some(s) = self.stirred.get_mut(e.u64 as usize) {
+        for k in 0..self.ready {
+            let slot = self.events[k].u64 as usize;
+            if let Some(s) = self.stirred.get_mut(slot) {
                 *s = self.looks;
+                self.wake(slot);
             }
         }
         Ok(())
+    }
+
+    /// The connection in `slot` is read on every pass again.
+    pub(crate) fn wake(&mut self, slot: usize) {
+        if let Some(w) = self.awake.get_mut(slot / 64) {
+            *w |= 1 << (slot % 64);
+        }
+    }
+
+    /// Every connection is read on every pass again.
+    pub(crate) fn wake_all(&mut self) {
+        self.awake.fill(u64::MAX);
+    }
+
+    /// The connection in `slot` is cold: passes skip it until a look at
+    /// the set finds it stirred.
+    pub(crate) fn doze(&mut self, slot: usize) {
+        if let Some(w) = self.awake.get_mut(slot / 64) {
+            *w &= !(1 << (slot % 64));
+        }
+    }
+
+    /// The bits of slots `64 * word..64 * (word + 1)` that are awake.
+    pub(crate) fn awake(&self, word: usize) -> u64 {
+        self.awake.get(word).copied().unwrap_or(0)
     }
 
     /// Whether the connection in `slot` stirred in the last look.
@@ -269,5 +304,44 @@ mod tests {
         assert!(!w.remove(2, old.1.as_raw_fd()));
         w.look().unwrap();
         assert!(w.stirred(2));
+    }
+
+    #[test]
+    fn a_dozing_connection_wakes_when_a_look_finds_it_stirred() {
+        // Slots past one word of bits, and one in a word of its own.
+        let slots = [0usize, 5, 63, 64, 100, 200];
+        let pairs: Vec<_> = slots.iter().map(|_| UnixStream::pair().unwrap()).collect();
+        let mut w = Waits::new().unwrap();
+        for (&s, (_, b)) in slots.iter().zip(&pairs) {
+            w.add(s, b.as_raw_fd()).unwrap();
+        }
+        assert!(w.watching());
+        let awake = |w: &Waits| -> Vec<usize> {
+            (0..4)
+                .flat_map(|k| (0..64).map(move |b| (k, b)))
+                .filter(|&(k, b)| w.awake(k) & (1 << b) != 0)
+                .map(|(k, b)| k * 64 + b)
+                .filter(|s| slots.contains(s))
+                .collect()
+        };
+        assert_eq!(awake(&w), slots, "every connection starts awake");
+        for s in slots {
+            w.doze(s);
+        }
+        assert!(awake(&w).is_empty());
+        (&pairs[3].0).write_all(b"x").unwrap();
+        (&pairs[5].0).write_all(b"x").unwrap();
+        w.look().unwrap();
+        assert_eq!(awake(&w), [64, 200], "those that stirred");
+        w.doze(64);
+        w.doze(200);
+        w.look().unwrap();
+        assert_eq!(awake(&w), [64, 200], "unread, they stir again");
+        w.wake_all();
+        assert_eq!(awake(&w), slots);
+        // A slot given a connection again is awake.
+        w.doze(5);
+        w.add(5, pairs[1].1.as_raw_fd()).unwrap();
+        assert!(w.awake(0) & (1 << 5) != 0);
     }
 }

@@ -20,9 +20,9 @@
 //! anything (`look_again`: a read that will not wait, a wait that found
 //! the socket readable) ends that. An endpoint of more than a few
 //! connections has its wait set watch them (`watched`): a cold one then
-//! reads nothing until told to look again, and on one pass in
-//! [`COLD_EVERY`] of those that met a cold one, the endpoint asks the set
-//! which have something: one system call for all of them, where a
+//! reads nothing until told to look again (the endpoint's passes skip
+//! it: it dozes), and on one pass in [`COLD_EVERY`] the endpoint asks the
+//! set which have something: one system call for all of them, where a
 //! thousand idle connections each looked at on one pass in eight cost a
 //! polling endpoint 125 system calls a pass. A deeper stage, one look in 64 after some 500 idle passes, slowed
 //! the gateways: a relay's connection froze between two bursts of chunks,
@@ -50,9 +50,9 @@ const COALESCE: usize = 512;
 
 /// Looks in a row that found nothing, after which a connection is cold.
 pub(crate) const COLD_AFTER: u32 = 64;
-/// An endpoint with a cold connection in its wait set asks the set which
-/// have something on one pass in this many of those that met one, polling
-/// or waiting (a busy waiting endpoint does not sleep, and so does not ask
+/// An endpoint whose wait set watches asks the set which of its dozing
+/// connections have something on one pass in this many, polling or
+/// waiting (a busy waiting endpoint does not sleep, and so does not ask
 /// the set there).
 pub(crate) const COLD_EVERY: u32 = 8;
 
