@@ -210,6 +210,7 @@ impl Client {
             delivered: 0,
             bytes: 0,
             seconds: 0.0,
+            started_ns: 0,
             mb_per_s: None,
             msgs_per_s: None,
             cpu_initiator: None,
@@ -273,6 +274,7 @@ impl Client {
         row.delivered = done.messages;
         row.bytes = done.bytes;
         row.seconds = secs;
+        row.started_ns = t0;
         row.mb_per_s = Some(done.bytes as f64 / secs / 1e6);
         row.msgs_per_s = Some(done.messages as f64 / secs);
         row.cpu_initiator = Some(pct(cpu, wall));

@@ -314,8 +314,8 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 /// a `bench serve` started in ns B at its first address (a target serves
 /// one run and quits), dialled at its second. Each sends the same count of
 /// messages, about `seconds` at `rate` together; the figure is all their
-/// bytes over the longest run's time (a sum of their own rates would count
-/// each one's start and end twice).
+/// bytes over the span of their measured runs ([`together`]; a sum of their
+/// own rates would count each one's start and end twice).
 fn bench_bw(
     e: &Ends<'_>,
     targets: Vec<(String, String)>,
@@ -354,21 +354,49 @@ fn bench_bw(
     // judged, and none longer than a run's bound.
     let outs = peers::outputs(cmds.iter_mut().collect(), run_limit(seconds + WARM_SECS))
         .context("bench bw (killed: the link carried too little to end the run)")?;
-    let (mut bytes, mut longest) = (0.0, 0.0f64);
+    let mut runs = Vec::new();
     for (out, json) in outs.into_iter().zip(jsons) {
         if !out.status.success() {
             bail!("bench bw: {}", String::from_utf8_lossy(&out.stderr));
         }
         let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
         let row = &rows[0];
-        bytes += row["bytes"].as_f64().context("bytes in bench bw's row")?;
-        longest = longest.max(
-            row["seconds"]
+        let field = |k: &str| {
+            row[k]
                 .as_f64()
-                .context("seconds in bench bw's row")?,
-        );
+                .with_context(|| format!("{k} in bench bw's row"))
+        };
+        runs.push(Run {
+            bytes: field("bytes")?,
+            started_ns: field("started_ns")?,
+            seconds: field("seconds")?,
+        });
     }
-    Ok(bytes / longest.max(1e-9) / 1e6)
+    Ok(together(&runs))
+}
+
+/// One stream's measured run, as `bench bw` reports it.
+struct Run {
+    bytes: f64,
+    /// The host's monotonic clock when it began.
+    started_ns: f64,
+    seconds: f64,
+}
+
+/// MB/s of runs made at once: all their bytes over the span from the first
+/// one's start to the last one's end. Each stream warms up on its own, so
+/// their measured runs start apart: over the longest run's time alone, two
+/// streams that each had the link to themselves for part of theirs counted
+/// up to twice the link. The span errs low instead: the link may carry one
+/// stream's warm-up, which is not counted, in another's measured run.
+fn together(runs: &[Run]) -> f64 {
+    let bytes: f64 = runs.iter().map(|r| r.bytes).sum();
+    let first = runs.iter().map(|r| r.started_ns).fold(f64::MAX, f64::min);
+    let last = runs
+        .iter()
+        .map(|r| r.started_ns + r.seconds * 1e9)
+        .fold(f64::MIN, f64::max);
+    bytes / ((last - first) / 1e9).max(1e-9) / 1e6
 }
 
 /// The link's rate in bytes per second, from `macrolink link`'s words.
@@ -891,6 +919,36 @@ mod tests {
         assert_eq!((a.long_peer, b.long_peer), (b_long(), a_long()));
         assert_eq!(c.range.window_kib, Some(256));
         assert_eq!(c.range.packet, Some(8972));
+    }
+
+    #[test]
+    fn runs_made_at_once_are_timed_over_their_common_span() {
+        let run = |started_s: f64, seconds: f64| Run {
+            bytes: 25e6 * seconds,
+            started_ns: started_s * 1e9,
+            seconds,
+        };
+        // Two streams that each had a 25 MB/s link alone for their whole
+        // second, one after the other: 25 MB/s, not the 50 of the longest
+        // run's time.
+        let apart = together(&[run(100.0, 1.0), run(101.0, 1.0)]);
+        assert!((apart - 25.0).abs() < 1e-6, "{apart}");
+        // Half overlapping (each its half of the link then): 1.5 s of link.
+        let half = together(&[
+            Run {
+                bytes: 25e6 * 0.75,
+                started_ns: 0.0,
+                seconds: 1.0,
+            },
+            Run {
+                bytes: 25e6 * 0.75,
+                started_ns: 0.5e9,
+                seconds: 1.0,
+            },
+        ]);
+        assert!((half - 25.0).abs() < 1e-6, "{half}");
+        // One stream: its own time.
+        assert!((together(&[run(7.0, 2.0)]) - 25.0).abs() < 1e-6);
     }
 
     fn a_long() -> std::net::SocketAddr {
