@@ -26,9 +26,11 @@ pub struct BwRow {
     pub bytes: u64,
     /// Seconds measured.
     pub seconds: f64,
-    /// When the measured run began: the host's monotonic clock, in
-    /// nanoseconds (`CLOCK_MONOTONIC`, one clock for every process of a
-    /// host, so runs made at once give their common span from it).
+    /// When the measured run began, its first message sent: the host's
+    /// monotonic clock, in nanoseconds (`CLOCK_MONOTONIC`, one clock for
+    /// every process of a host, so runs made at once give their common span
+    /// from it). A datagram stream's `seconds` are timed by its target,
+    /// from its first arrival.
     pub started_ns: u64,
     /// 10^6 bytes per second; `None` where the mode cannot carry the size.
     pub mb_per_s: Option<f64>,
