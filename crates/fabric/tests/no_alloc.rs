@@ -169,3 +169,32 @@ fn a_message_between_two_threads_allocates_nothing() {
         }
     }
 }
+
+/// An endpoint that found a message on every read so far sleeps for the
+/// first time only when one finds nothing, which may be long after its
+/// first message: that first sleep allocates nothing either.
+#[test]
+fn a_first_sleep_allocates_nothing() {
+    let (a, b, _dir) = nodes();
+    let mut ep = 60;
+    for transport in [Transport::Shm, Transport::Tcp, Transport::Udp] {
+        ep += 1;
+        let (mut x, mut y) = pair(&a, &b, ep, Completion::Wait);
+        let mode = if transport == Transport::Udp {
+            Mode::Datagram
+        } else {
+            Mode::Reliable
+        };
+        let to_y = x.target_via(y.addr(), mode, transport).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        for _ in 0..300 {
+            x.write(to_y, b"warm").unwrap();
+            assert_eq!(y.read(&mut buf).unwrap().len, 4);
+        }
+        let before = allocs();
+        let got = y.read_timeout(&mut buf, std::time::Duration::from_millis(2));
+        let n = allocs() - before;
+        assert!(got.unwrap().is_none(), "{transport}: nothing was sent");
+        assert_eq!(n, 0, "{transport}: allocations in the first sleep");
+    }
+}

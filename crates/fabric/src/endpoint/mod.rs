@@ -124,6 +124,10 @@ pub struct Endpoint {
     /// The endpoint's UCX worker, when its node has UCX.
     ucx: Option<ucx::Port>,
     incoming: Vec<Incoming>,
+    /// What a sleep polls: the inbox, the UDP socket, the UCX worker, and
+    /// the connections or the set watching them. Made to its largest at
+    /// once, so that an endpoint's first sleep, which may come long after
+    /// its first message, allocates nothing.
     pollfds: Vec<libc::pollfd>,
     /// The connections, watched by one epoll set when there are many.
     waits: Box<waits::Waits>,
@@ -183,7 +187,7 @@ impl Endpoint {
             udp,
             ucx,
             incoming: Vec::new(),
-            pollfds: Vec::new(),
+            pollfds: Vec::with_capacity(3 + waits::WATCH_OVER),
             waits,
             watching: false,
             next_slot: 0,
