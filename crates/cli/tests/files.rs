@@ -274,9 +274,10 @@ fn a_full_disk_fails_the_upload_cleanly_and_the_server_goes_on() {
     assert_eq!(std::fs::read(disk.path.join("ok")).unwrap(), b"fits");
 }
 
-/// Starts a `cp` slowed to 40 MB/s, so that another starts while it runs.
+/// Starts a `cp` slowed to 20 MB/s, so that another starts while it runs
+/// (32 MB: 1.5 s after its first MB, for a loaded host to start the other).
 fn slow_cp(site: &Site, from: &str, to: &str) -> Child {
-    site.cmd(&["cp", "-q", "--limit-rate", "40MB", from, to])
+    site.cmd(&["cp", "-q", "--limit-rate", "20MB", from, to])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()

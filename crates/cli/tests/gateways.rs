@@ -3,6 +3,7 @@
 //! the storage host's hash check passes.
 
 use macrolink_fabric::{Addr, Endpoint, Node, NodeConfig};
+use macrolink_gateway::health::HealthConfig;
 use macrolink_gateway::stripe::StripeConfig;
 use macrolink_gwnet::client::{send, SendConfig};
 use macrolink_testbed::data::pattern;
@@ -67,6 +68,19 @@ fn cfg() -> SendConfig {
     }
 }
 
+/// As `cfg`, with a gateway down only after 1.25 s without an answer (not
+/// 0.4 s): for the tests that count on no gateway being taken for dead
+/// while every process of the test binary competes for two cores.
+fn patient() -> SendConfig {
+    SendConfig {
+        health: HealthConfig {
+            interval: 250_000_000,
+            misses: 4,
+        },
+        ..cfg()
+    }
+}
+
 #[test]
 fn a_transfer_striped_over_two_gateways_arrives_whole() {
     let lane = lane(2);
@@ -79,7 +93,7 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
         Addr::new(10, 1),
         1,
         &bytes,
-        cfg(),
+        patient(),
         &mut |_, _| {},
     )
     .unwrap();
@@ -94,7 +108,7 @@ fn a_transfer_striped_over_two_gateways_arrives_whole() {
         Addr::new(10, 1),
         2,
         &bytes[..5_000_001],
-        cfg(),
+        patient(),
         &mut |_, _| {},
     )
     .unwrap();
@@ -139,7 +153,7 @@ fn pinned_flows_keep_one_gateway_spread_and_move_when_it_dies() {
     let bytes = pattern(8 << 20, 0);
     let pinned = SendConfig {
         pinned: true,
-        ..cfg()
+        ..patient()
     };
     // Each flow stays on one gateway; different flows land on both.
     let mut used = [0u64; 2];

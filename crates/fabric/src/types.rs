@@ -216,6 +216,10 @@ pub struct Stats {
     /// the buffer of a waiting read (shared memory, large reliable
     /// messages).
     pub messages_placed: u64,
+    /// Messages whose sender stalled partway through one being read
+    /// straight into a reader's buffer: each was moved into a buffer of its
+    /// own (one allocation) so that the read could go on without it.
+    pub messages_held: u64,
     /// Payload bytes delivered (messages and placed puts).
     pub bytes_in: u64,
     /// Payload bytes sent.

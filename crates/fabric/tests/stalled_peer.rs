@@ -80,6 +80,7 @@ fn stalled_sender_does_not_hold_the_endpoint(completion: Completion) {
         "the good peer's message comes first"
     );
     assert_eq!(&buf[..r.len], b"from the good peer");
+    assert_eq!(rx.stats().messages_held, 1, "{:?}", rx.stats());
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "the good peer waited {:?}",

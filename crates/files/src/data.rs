@@ -145,16 +145,19 @@ pub struct Shared {
 /// A rate limit shared by a transfer's streams.
 #[derive(Debug)]
 pub struct Pace {
-    start: std::time::Instant,
+    /// When the first bytes were counted: the time a transfer takes to set
+    /// up (connecting, opening, resuming) is not a credit it may later
+    /// spend in a burst above the rate.
+    start: std::sync::OnceLock<std::time::Instant>,
     rate: u64,
     moved: AtomicU64,
 }
 
 impl Pace {
-    /// At most `rate` bytes per second from now on.
+    /// At most `rate` bytes per second from the first bytes on.
     pub fn new(rate: u64) -> Pace {
         Pace {
-            start: std::time::Instant::now(),
+            start: std::sync::OnceLock::new(),
             rate: rate.max(1),
             moved: AtomicU64::new(0),
         }
@@ -162,9 +165,10 @@ impl Pace {
 
     /// Counts `n` bytes about to move and sleeps until they may.
     fn take(&self, n: u64, shared: &Shared) -> Result<(), DataError> {
+        let start = *self.start.get_or_init(std::time::Instant::now);
         let moved = self.moved.fetch_add(n, Ordering::Relaxed) + n;
         let due = Duration::from_secs_f64(moved as f64 / self.rate as f64);
-        while let Some(wait) = due.checked_sub(self.start.elapsed()) {
+        while let Some(wait) = due.checked_sub(start.elapsed()) {
             shared.check()?;
             std::thread::sleep(wait.min(TICK));
         }
@@ -516,5 +520,23 @@ mod tests {
         }
         assert_eq!(Pattern::byte(8), 1);
         assert_eq!(Pattern::byte(8 * 256 + 1), 1);
+    }
+
+    #[test]
+    fn a_pace_counts_from_its_first_bytes_not_from_when_it_was_made() {
+        let shared = Shared::counting(Default::default(), Some(1_000));
+        let pace = shared.limit.as_ref().unwrap();
+        // A transfer that took a while to set up...
+        std::thread::sleep(Duration::from_millis(300));
+        // ...still moves its first 200 bytes at 1,000 a second, not at
+        // once on the credit of the set-up's 300 ms.
+        let t = std::time::Instant::now();
+        pace.take(100, &shared).unwrap();
+        pace.take(100, &shared).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(190),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

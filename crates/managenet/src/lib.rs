@@ -625,8 +625,10 @@ pub fn ask<'a>(
 
 /// Keeps a set of the hosts the central manager of `c` has excluded,
 /// asking it every `every` on a thread of its own (an answer lost or late
-/// leaves the set as it was). `None` when the file names no central
-/// manager.
+/// leaves the set as it was). Returns once the first answer is in, or after
+/// four times `every` without one (the set then empty until one comes), so
+/// that a transfer started at once does not pick a host excluded long ago.
+/// `None` when the file names no central manager.
 pub fn watch_excluded(
     c: &Cluster,
     seal: Seal,
@@ -638,6 +640,7 @@ pub fn watch_excluded(
     let asker = Asker::new(c, seal)?;
     let set = macrolink_manage::excluded::Excluded::new();
     let keep = set.clone();
+    let (first, heard) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("ml-excluded".into())
         .spawn(move || loop {
@@ -657,11 +660,15 @@ pub fn watch_excluded(
                     if keep.replace(nodes) {
                         tracing::info!("excluded by the central manager: {:?}", keep.nodes());
                     }
+                    // Only the first is waited for; later ones find it full
+                    // or gone.
+                    let _ = first.try_send(());
                 }
                 Err(e) => tracing::debug!("{e}"),
             }
             std::thread::sleep(every.saturating_sub(began.elapsed()));
         })?;
+    let _ = heard.recv_timeout(every * 4);
     Ok(Some(set))
 }
 

@@ -524,7 +524,9 @@ impl<S: ByteStream> Framed<S> {
         let now = Instant::now();
         let since = *self.stalled.get_or_insert(now);
         let Some(left) = HOLD.checked_sub(now - since).filter(|d| !d.is_zero()) else {
-            self.hold(user);
+            if self.hold(user) {
+                core.stats.messages_held += 1;
+            }
             return Some(Step::Moved);
         };
         match core.completion {
@@ -552,11 +554,12 @@ impl<S: ByteStream> Framed<S> {
     }
 
     /// Moves a stalled direct message out of the reader's buffer `user`
-    /// into one of its own, so that the read can go on without it.
-    fn hold(&mut self, user: Option<&[u8]>) {
+    /// into one of its own, so that the read can go on without it. False
+    /// when there was none.
+    fn hold(&mut self, user: Option<&[u8]>) -> bool {
         self.stalled = None;
         let Asm::Direct { mode, total, got } = self.asm else {
-            return;
+            return false;
         };
         let Some(head) = user.and_then(|u| u.get(..got as usize)) else {
             unreachable!("direct placement without a reader")
@@ -574,6 +577,7 @@ impl<S: ByteStream> Framed<S> {
             got,
             buf,
         };
+        true
     }
 
     fn put(&mut self, core: &mut Core, h: Header) -> Step {
