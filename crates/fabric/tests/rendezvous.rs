@@ -148,3 +148,44 @@ fn a_read_too_small_for_a_placed_size_gets_its_error_and_the_message_stays() {
     assert!(big[..2 * MIB] == message(1, 2 * MIB)[..]);
     let _tx = writer.join().unwrap();
 }
+
+#[test]
+fn a_reader_kept_away_once_gets_its_messages_placed_again() {
+    let _watch = watchdog(120, "placing again");
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, _b, mut rx, mut tx, t) = introduced(dir.path());
+    const COUNT: usize = 300;
+    let kinds: Vec<Vec<u8>> = (0..3).map(|i| message(i, MIB)).collect();
+    let writer = {
+        let kinds = kinds.clone();
+        thread::spawn(move || {
+            for i in 0..COUNT {
+                tx.write(t, &kinds[i % kinds.len()]).unwrap();
+            }
+            tx
+        })
+    };
+    let mut buf = vec![0u8; 2 * MIB];
+    let check = |rx: &mut Endpoint, i: usize, buf: &mut [u8]| {
+        let r = rx.read_timeout(buf, Duration::from_secs(30)).unwrap();
+        assert_eq!(r.expect("a message within 30 s").len, MIB);
+        assert!(buf[..MIB] == kinds[i % kinds.len()][..], "message {i}");
+    };
+    check(&mut rx, 0, &mut buf);
+    // The reader is away while the writer waits for its next offer: the
+    // wait is in vain and the ring fills (4 MiB).
+    thread::sleep(Duration::from_millis(100));
+    let before = rx.stats().messages_placed;
+    for i in 1..COUNT {
+        check(&mut rx, i, &mut buf);
+    }
+    let _tx = writer.join().unwrap();
+    let placed = rx.stats().messages_placed - before;
+    // Read at full speed, the reader would find the ring refilled on every
+    // read, never sleep and never offer again: the writer must try.
+    assert!(
+        placed >= COUNT as u64 / 2,
+        "{placed} of the {} messages after the pause placed",
+        COUNT - 1
+    );
+}

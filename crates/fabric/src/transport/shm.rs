@@ -334,14 +334,16 @@ impl ShmStream {
         if !drained || offer::parse(s).1 != Phase::Offered {
             // A reader that offers offers again as soon as it has read what
             // is in the ring and sleeps: wait for that rather than fill the
-            // ring. Once a wait is in vain, wait again only after the
-            // reader has made a new offer.
-            if offer::parse(s).0 == self.offers.stale {
+            // ring. Once a wait is in vain, wait again after the reader has
+            // made a new offer, or a while later (`Offers::worth_waiting`).
+            if !self.offers.worth_waiting(offer::parse(s).0, Instant::now()) {
                 return Ok(None);
             }
             s = self.await_offer()?;
-            if offer::parse(s).1 != Phase::Offered {
-                self.offers.stale = offer::parse(s).0;
+            let (gen, phase) = offer::parse(s);
+            self.offers
+                .waited(gen, phase == Phase::Offered, Instant::now());
+            if phase != Phase::Offered {
                 return Ok(None);
             }
         }
