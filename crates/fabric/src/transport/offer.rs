@@ -66,13 +66,18 @@ pub(crate) const OFFER_SPIN: std::time::Duration = std::time::Duration::from_mic
 
 /// How long after a wait in vain a large message first waits again for
 /// an offer the reader has not renewed, and the longest such gap (each
-/// wait in vain in a row doubles it). A reader kept from its offer for a
+/// wait in vain doubles it). A reader kept from its offer for a
 /// moment (its host did not run it for a few milliseconds: measured here,
 /// one to six 2.4 ms waits in vain in 2 s of 1 MB messages) then reads from
 /// the ring as fast as the sender writes, never finds it empty, never
-/// sleeps and never offers again: the sender's next look finds it drained.
+/// sleeps and never offers again, until a wait of the sender's lets it
+/// drain the ring, sleep and offer.
 /// A reader that stopped offering costs the sender one [`OFFER_WAIT`] a
-/// gap, at most 2 ms a second once the gaps have grown.
+/// gap, at most 2 ms a second once the gaps have grown. A wait that finds
+/// an offer halves the gap rather than start it over: a reader that
+/// offers to one sender now and to another then (it offers to whoever sent
+/// the last large message) settles the gaps where about half the tries
+/// find an offer.
 pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(1);
 pub(crate) const RETRY_LAST: Duration = Duration::from_secs(1);
 
@@ -160,7 +165,7 @@ impl Offers {
     /// number `gen`, made (`offered`) or not.
     pub(crate) fn waited(&mut self, gen: u64, offered: bool, now: Instant) {
         if offered {
-            self.retry_gap = RETRY_FIRST;
+            self.retry_gap = (self.retry_gap / 2).max(RETRY_FIRST);
             return;
         }
         let gap = self.retry_gap.max(RETRY_FIRST);
@@ -212,11 +217,16 @@ mod tests {
         assert_eq!(o.retry_gap, RETRY_LAST);
         o.waited(3, false, now);
         assert_eq!(o.retry_at, Some(now + RETRY_LAST));
-        // A wait that finds an offer starts the gaps over.
+        // A wait that finds an offer halves the gap, to the first one.
         o.waited(9, true, now);
         o.waited(9, false, now);
-        assert_eq!(o.retry_at, Some(now + RETRY_FIRST));
+        assert_eq!(o.retry_at, Some(now + RETRY_LAST / 2));
         assert_eq!(o.stale, 9);
+        for _ in 0..20 {
+            o.waited(9, true, now);
+        }
+        o.waited(9, false, now);
+        assert_eq!(o.retry_at, Some(now + RETRY_FIRST));
     }
 
     #[test]
