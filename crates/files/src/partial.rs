@@ -8,7 +8,7 @@
 //!  open .NAME.ml-part (create, no truncate) ─► try_lock ─► taken: Busy
 //!                                                └─► ours: still the file of that name?
 //!                                                      no (renamed away meanwhile): again
-//!                                                      yes: truncate unless resuming; write; rename; unlock
+//!                                                      yes: truncate unless resuming or empty; write; rename; unlock
 //! ```
 
 use std::fs::{File, TryLockError};
@@ -32,7 +32,8 @@ pub type Identity = (u64, u64);
 
 /// Opens (with `open`, which creates it and must not truncate it) and
 /// locks the temporary file; `named` tells which file the temporary name
-/// holds now. Truncated to nothing unless `keep` (a resume).
+/// holds now. Truncated to nothing unless `keep` (a resume) or it is
+/// empty already.
 pub fn claim(
     open: &dyn Fn() -> io::Result<File>,
     named: &dyn Fn() -> io::Result<Identity>,
@@ -49,7 +50,11 @@ pub fn claim(
         // The one who held it may have renamed it into place between our
         // open and our lock: then it is a final file now, not ours.
         if named().ok() == Some((m.dev(), m.ino())) {
-            if !keep {
+            // A file that is empty already is left alone: a truncation,
+            // even to the size it has, marks it on ext4 to be flushed when
+            // closed (`auto_da_alloc`), and the close of 1 GiB written
+            // after it then took 0.4 s of the copy.
+            if !keep && m.len() > 0 {
                 f.set_len(0)?;
             }
             return Ok(f);
@@ -139,5 +144,26 @@ mod tests {
         std::fs::write(&p, b"partial").unwrap();
         let r = claim(&|| open(&p), &|| identity(&p), true).unwrap();
         assert_eq!(r.metadata().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn a_leftover_is_emptied_and_an_empty_file_is_not_truncated_again() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(".h.ml-part");
+        std::fs::write(&p, b"left by a copy that died").unwrap();
+        let f = claim(&|| open(&p), &|| identity(&p), false).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 0, "a leftover is emptied");
+        drop(f);
+        // A truncation sets the time of last change even when the size
+        // stays: an empty file's time from an hour ago tells none came.
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        open(&p).unwrap().set_modified(hour_ago).unwrap();
+        let f = claim(&|| open(&p), &|| identity(&p), false).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 0);
+        assert_eq!(
+            f.metadata().unwrap().modified().unwrap(),
+            hour_ago,
+            "an empty file was truncated"
+        );
     }
 }
