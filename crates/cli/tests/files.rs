@@ -88,7 +88,7 @@ fn a_killed_download_resumes_and_keeps_the_final_name_clean() {
     std::fs::write(site.root().join("src"), &data).unwrap();
     let dst = site.local().join("dst");
     let mut cp = site
-        .cmd(&["cp", "-q", "--limit-rate", "16MiB", "--chunk", "256KiB"])
+        .cmd(&["cp", "-q", "--limit-rate", "8MiB", "--chunk", "256KiB"])
         .args([url(&server, "src"), dst.display().to_string()])
         .spawn()
         .unwrap();
@@ -124,7 +124,7 @@ fn a_killed_server_leaves_the_old_file_and_the_upload_resumes() {
             "-q",
             "--resume",
             "--limit-rate",
-            "16MiB",
+            "8MiB",
             "--chunk",
             "256KiB",
         ])
@@ -159,7 +159,7 @@ fn a_killed_client_leaves_no_partial_upload_behind() {
     let src = site.local().join("g");
     std::fs::write(&src, pattern(24 * MB, 2)).unwrap();
     let mut cp = site
-        .cmd(&["cp", "-q", "--limit-rate", "16MiB"])
+        .cmd(&["cp", "-q", "--limit-rate", "8MiB"])
         .args([src.display().to_string(), url(&server, "g")])
         .spawn()
         .unwrap();

@@ -401,7 +401,7 @@ fn a_killed_download_through_the_lane_resumes() {
     let mut child = site
         .cp(&[
             "--limit-rate",
-            "16MB",
+            "8MB",
             "ml://store0/r",
             back.to_str().unwrap(),
         ])

@@ -61,6 +61,9 @@ fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
     let sent: Vec<Vec<u8>> = (0..4 * sizes.len())
         .map(|i| message(i, sizes[i % sizes.len()]))
         .collect();
+    // Made before the writer starts its clock: 112 MB take a while in a
+    // debug build on a busy host.
+    let mut got = vec![vec![0u8; 4 * MIB]; sent.len()];
     let writer = {
         let sent = sent.clone();
         thread::spawn(move || {
@@ -73,7 +76,6 @@ fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
             tx
         })
     };
-    let mut got = vec![vec![0u8; 4 * MIB]; sent.len()];
     for (i, buf) in got.iter_mut().enumerate() {
         let r = rx.read_timeout(buf, Duration::from_secs(30)).unwrap();
         assert_eq!(r.expect("a message within 30 s").len, sent[i].len());
