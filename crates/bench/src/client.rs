@@ -215,6 +215,7 @@ impl Client {
             msgs_per_s: None,
             cpu_initiator: None,
             cpu_target: None,
+            arrivals: Vec::new(),
         };
         if mode == Mode::Datagram && size > self.mtu {
             return Ok(row);
@@ -279,6 +280,9 @@ impl Client {
         row.msgs_per_s = Some(done.messages as f64 / secs);
         row.cpu_initiator = Some(pct(cpu, wall));
         row.cpu_target = Some(pct(done.cpu_ns, done.wall_ns));
+        if mode == Mode::Reliable {
+            row.arrivals = done.samples.chunks_exact(2).map(|p| [p[0], p[1]]).collect();
+        }
         Ok(row)
     }
 

@@ -313,9 +313,9 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 /// `macrolink bench bw` from ns A to each of `targets` at once: for each,
 /// a `bench serve` started in ns B at its first address (a target serves
 /// one run and quits), dialled at its second. Each sends the same count of
-/// messages, about `seconds` at `rate` together; the figure is all their
-/// bytes over the span of their measured runs ([`together`]; a sum of their
-/// own rates would count each one's start and end twice).
+/// messages, about `seconds` at `rate` together; the figure is their bytes
+/// over the span in which all of them were in their measured runs
+/// ([`together`]).
 fn bench_bw(
     e: &Ends<'_>,
     targets: Vec<(String, String)>,
@@ -323,8 +323,9 @@ fn bench_bw(
 ) -> anyhow::Result<f64> {
     let ([a, _], exe, secret, dir) = (e.ns, e.exe, e.secret, e.dir);
     // One stream: bench's own timing. Several: the same count each, about
-    // `seconds` at `rate` together (the one-stream figure just measured).
-    let count = (rate * f64::from(seconds) / MESSAGE as f64 / targets.len() as f64).max(4.0) as u64;
+    // `seconds` at `rate` together (the one-stream figure just measured),
+    // and 8 at least, so that some remain when the span is trimmed.
+    let count = (rate * f64::from(seconds) / MESSAGE as f64 / targets.len() as f64).max(8.0) as u64;
     let how = match targets.len() {
         1 => ["--seconds".to_string(), seconds.to_string()],
         _ => ["--count".to_string(), count.to_string()],
@@ -346,6 +347,7 @@ fn bench_bw(
             .args(["--warm", &WARM_SECS.to_string()])
             .arg("--json")
             .arg(&json)
+            .arg("--arrivals")
             .env("MACROLINK_SECRET_FILE", secret);
         cmds.push(cmd);
         jsons.push(json);
@@ -366,37 +368,94 @@ fn bench_bw(
                 .as_f64()
                 .with_context(|| format!("{k} in bench bw's row"))
         };
+        let arrivals = row["arrivals"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
         runs.push(Run {
             bytes: field("bytes")?,
-            started_ns: field("started_ns")?,
             seconds: field("seconds")?,
+            message: MESSAGE as f64,
+            arrivals,
         });
     }
-    Ok(together(&runs))
+    together(&runs)
 }
 
 /// One stream's measured run, as `bench bw` reports it.
 struct Run {
     bytes: f64,
-    /// The host's monotonic clock when it began.
-    started_ns: f64,
     seconds: f64,
+    /// Bytes a message.
+    message: f64,
+    /// When its messages arrived at the target: (the host's monotonic
+    /// clock in ns, messages so far).
+    arrivals: Vec<(f64, f64)>,
 }
 
-/// MB/s of runs made at once: all their bytes over the span from the first
-/// one's start to the last one's end. Each stream warms up on its own, so
-/// their measured runs start apart: over the longest run's time alone, two
-/// streams that each had the link to themselves for part of theirs counted
-/// up to twice the link. The span errs low instead: the link may carry one
-/// stream's warm-up, which is not counted, in another's measured run.
-fn together(runs: &[Run]) -> f64 {
-    let bytes: f64 = runs.iter().map(|r| r.bytes).sum();
-    let first = runs.iter().map(|r| r.started_ns).fold(f64::MAX, f64::min);
-    let last = runs
+impl Run {
+    /// Messages arrived by `t` (ns), within its arrivals: each message's
+    /// bytes taken to come evenly between the arrival before it and its own.
+    fn by(&self, t: f64) -> f64 {
+        let a = &self.arrivals;
+        let i = a.partition_point(|p| p.0 <= t);
+        match (i.checked_sub(1).map(|j| a[j]), a.get(i)) {
+            (Some((t0, m0)), Some(&(t1, m1))) if t1 > t0 => m0 + (m1 - m0) * (t - t0) / (t1 - t0),
+            (Some((_, m0)), _) => m0,
+            (None, _) => 0.0,
+        }
+    }
+}
+
+/// MB/s of runs made at once. One run: its own bytes over its own time.
+/// Several: their bytes over the span in which all of them were running
+/// (from the last one's first arrival to the first one's last, trimmed to
+/// whole messages of each, below), each read off its arrivals. Each stream warms up on its own, so their measured
+/// runs start and end apart; over the span from the first start to the
+/// last end the link also carried warm-ups that are not counted (two
+/// streams of 1 s on a 200 Mbit/s link: 0.79-0.90 of it), and over the
+/// longest run's time alone it counted streams that each had the link to
+/// themselves for part of theirs twice (1.31).
+fn together(runs: &[Run]) -> anyhow::Result<f64> {
+    if let [r] = runs {
+        return Ok(r.bytes / r.seconds.max(1e-9) / 1e6);
+    }
+    let ends = runs
         .iter()
-        .map(|r| r.started_ns + r.seconds * 1e9)
-        .fold(f64::MIN, f64::max);
-    bytes / ((last - first) / 1e9).max(1e-9) / 1e6
+        .map(|r| Some((r.arrivals.first()?.0, r.arrivals.last()?.0)))
+        .collect::<Option<Vec<_>>>()
+        .context("a stream's run reported no arrivals")?;
+    let all_in = ends.iter().map(|e| e.0).fold(f64::MIN, f64::max);
+    let one_out = ends.iter().map(|e| e.1).fold(f64::MAX, f64::min);
+    // A stream's share changes when another comes in or goes out, and a
+    // message that arrived across that moment came unevenly: the span
+    // starts at the latest of each stream's first arrival after all were
+    // in, and ends at the earliest of each one's last arrival before one
+    // went out, so that every stream is read off between arrivals that
+    // all came while all were running.
+    let from = runs
+        .iter()
+        .filter_map(|r| r.arrivals.iter().find(|a| a.0 > all_in).map(|a| a.0))
+        .fold(all_in, f64::max);
+    let to = runs
+        .iter()
+        .filter_map(|r| r.arrivals.iter().rev().find(|a| a.0 < one_out).map(|a| a.0))
+        .fold(one_out, f64::min);
+    if to <= from {
+        bail!(
+            "the streams' runs overlapped too little to count them together ({:.2} s of all at once); run longer (--seconds)",
+            ((one_out - all_in) / 1e9).max(0.0)
+        );
+    }
+    let bytes: f64 = runs
+        .iter()
+        .map(|r| (r.by(to) - r.by(from)) * r.message)
+        .sum();
+    Ok(bytes / ((to - from) / 1e9) / 1e6)
 }
 
 /// The link's rate in bytes per second, from `macrolink link`'s words.
@@ -922,33 +981,55 @@ mod tests {
     }
 
     #[test]
-    fn runs_made_at_once_are_timed_over_their_common_span() {
-        let run = |started_s: f64, seconds: f64| Run {
-            bytes: 25e6 * seconds,
-            started_ns: started_s * 1e9,
-            seconds,
+    fn runs_made_at_once_are_counted_over_the_span_all_of_them_ran() {
+        // A stream of 1 MB messages at `rate` MB/s, each second its messages
+        // arriving at even steps from `from` to `to` (seconds).
+        let run = |pieces: &[(f64, f64, f64)]| {
+            let mut arrivals = Vec::new();
+            let mut m = 0.0;
+            for &(from, to, rate) in pieces {
+                let mut t = from;
+                while t + 1.0 / rate <= to + 1e-9 {
+                    t += 1.0 / rate;
+                    m += 1.0;
+                    arrivals.push((t * 1e9, m));
+                }
+            }
+            let first = pieces[0].0;
+            let last = arrivals.last().map_or(first, |a| a.0 / 1e9);
+            Run {
+                bytes: m * 1e6,
+                seconds: last - first,
+                message: 1e6,
+                arrivals,
+            }
         };
-        // Two streams that each had a 25 MB/s link alone for their whole
-        // second, one after the other: 25 MB/s, not the 50 of the longest
-        // run's time.
-        let apart = together(&[run(100.0, 1.0), run(101.0, 1.0)]);
-        assert!((apart - 25.0).abs() < 1e-6, "{apart}");
-        // Half overlapping (each its half of the link then): 1.5 s of link.
-        let half = together(&[
-            Run {
-                bytes: 25e6 * 0.75,
-                started_ns: 0.0,
-                seconds: 1.0,
-            },
-            Run {
-                bytes: 25e6 * 0.75,
-                started_ns: 0.5e9,
-                seconds: 1.0,
-            },
-        ]);
-        assert!((half - 25.0).abs() < 1e-6, "{half}");
+        // A 20 MB/s link: stream one alone for a second (the other warming
+        // up, uncounted), then both at 10 each for two, then the other
+        // alone. Together: 20, not the 16 of the first start to the last
+        // end, nor the 24 of all bytes over the longest run.
+        let a = run(&[(0.0, 1.0, 20.0), (1.0, 3.0, 10.0)]);
+        let b = run(&[(1.0, 3.0, 10.0), (3.0, 4.0, 20.0)]);
+        let both = together(&[a, b]).unwrap();
+        assert!((both - 20.0).abs() < 0.5, "{both}");
+        // Runs one after the other share no span: an error, not a figure.
+        let a = run(&[(0.0, 1.0, 20.0)]);
+        let b = run(&[(2.0, 3.0, 20.0)]);
+        let e = together(&[a, b]).unwrap_err().to_string();
+        assert!(e.contains("overlapped too little"), "{e}");
+        // A run with no arrivals reported cannot be placed.
+        let mut a = run(&[(0.0, 1.0, 20.0)]);
+        let b = run(&[(0.0, 1.0, 20.0)]);
+        a.arrivals.clear();
+        assert!(together(&[a, b]).is_err());
         // One stream: its own time.
-        assert!((together(&[run(7.0, 2.0)]) - 25.0).abs() < 1e-6);
+        let one = together(&[run(&[(5.0, 7.0, 25.0)])]).unwrap();
+        assert!((one - 25.0).abs() < 1e-6, "{one}");
+        // Between two arrivals a message's bytes come evenly.
+        let r = run(&[(0.0, 1.0, 4.0)]);
+        assert_eq!(r.by(0.0), 0.0);
+        assert!((r.by(0.375e9) - 1.5).abs() < 1e-9);
+        assert_eq!(r.by(9e9), 4.0);
     }
 
     fn a_long() -> std::net::SocketAddr {

@@ -40,6 +40,12 @@ pub struct BwRow {
     pub cpu_initiator: Option<f64>,
     /// CPU % of the target.
     pub cpu_target: Option<f64>,
+    /// When the target's messages arrived, a reliable run's: [the host's
+    /// monotonic clock in nanoseconds, messages so far], for every message
+    /// or, past [`crate::server::MAX_ARRIVALS`], at even steps. Runs made
+    /// at once are counted from them over the span all of them ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arrivals: Vec<[u64; 2]>,
 }
 
 /// One row of a latency test.

@@ -98,6 +98,7 @@ fn bw_rows_are_consistent_and_written_three_ways() {
         ] {
             assert!(num(r, k) > 0.0, "{k} in {r}");
         }
+        assert!(r.get("arrivals").is_none(), "only with --arrivals: {r}");
         let mbs = num(r, "bytes") / num(r, "seconds") / 1e6;
         assert!(
             (mbs - num(r, "mb_per_s")).abs() < 1e-6 * mbs.max(1.0),
@@ -138,6 +139,49 @@ fn a_warm_up_runs_before_the_counted_run_and_is_left_out_of_it() {
     assert_eq!(num(&rows[0], "sent"), 40.0);
     assert_eq!(num(&rows[0], "bytes"), 40_000.0);
     assert!(num(&rows[0], "seconds") < 1.5, "{}", rows[0]);
+}
+
+#[test]
+fn arrivals_say_when_the_targets_messages_came_at_most_4096_a_row() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("a.json");
+    run(&[
+        "bench",
+        "bw",
+        "--transport",
+        "tcp",
+        "--mode",
+        "reliable,datagram",
+        "--sizes",
+        "100",
+        "--count",
+        "10000",
+        "--json",
+        j.to_str().unwrap(),
+        "--arrivals",
+    ]);
+    let rows = json(&j);
+    let r = rows.iter().find(|r| r["mode"] == "reliable").unwrap();
+    let a: Vec<(u64, u64)> = r["arrivals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
+        .collect();
+    // 10,000 messages: every third one, 3,333 of them.
+    assert_eq!(a.len(), 3333);
+    assert!(a.iter().enumerate().all(|(i, p)| p.1 == 3 * (i as u64 + 1)));
+    assert!(a.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+    // Within the run on the one clock the row's start is read from.
+    let start = num(r, "started_ns");
+    let end = start + num(r, "seconds") * 1e9;
+    assert!(
+        a[0].0 as f64 >= start && a[a.len() - 1].0 as f64 <= end,
+        "{start} {end} {a:?}"
+    );
+    // A datagram run has none.
+    let g = rows.iter().find(|r| r["mode"] == "datagram").unwrap();
+    assert!(g.get("arrivals").is_none(), "{g}");
 }
 
 #[test]

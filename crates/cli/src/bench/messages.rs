@@ -73,6 +73,11 @@ pub struct BwArgs {
     /// Draw MB/s over size as a PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Put into the JSON when the target's messages arrived (reliable
+    /// runs; the host's monotonic clock, ns, and messages so far; 4,096 at
+    /// most a row), to count runs made at once over their common span.
+    #[arg(long, requires = "json")]
+    arrivals: bool,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -177,9 +182,14 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         pace: a.pace,
         warm: a.warm,
     };
-    let rows = plan.run(session(&a.peer, &a.transport)?.client())?;
+    let mut rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::bw_table(&rows));
-    save(&a.peer, &rows)?;
+    if !a.arrivals {
+        rows.iter_mut().for_each(|r| r.arrivals.clear());
+    }
+    report::save(a.peer.json.as_deref(), None, &rows)?;
+    rows.iter_mut().for_each(|r| r.arrivals.clear());
+    report::save(None, a.peer.csv.as_deref(), &rows)?;
     if let Some(p) = &a.plot {
         macrolink_bench::plot::bandwidth_png(p, "macrolink bandwidth", &rows)?;
         println!("plot: {}", p.display());
