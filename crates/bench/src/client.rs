@@ -36,6 +36,9 @@ pub struct BwSpec {
     pub window: usize,
     /// Messages a second at most (`None`: as fast as they go).
     pub pace: Option<f64>,
+    /// A reliable run brings back when its messages arrived
+    /// ([`BwRow::arrivals`]).
+    pub arrivals: bool,
 }
 
 /// The initiator of benchmark runs.
@@ -200,6 +203,7 @@ impl Client {
             count,
             window,
             pace,
+            arrivals,
         } = spec;
         let mut row = BwRow {
             transport: transport.to_string(),
@@ -228,6 +232,7 @@ impl Client {
             completion,
             size: size as u64,
             count,
+            arrivals: arrivals && mode == Mode::Reliable,
         })?;
         // Page-aligned, as ucx_perftest's and iperf3's buffers are.
         let mut payload = IoBuf::new(size)?;
@@ -280,8 +285,14 @@ impl Client {
         row.msgs_per_s = Some(done.messages as f64 / secs);
         row.cpu_initiator = Some(pct(cpu, wall));
         row.cpu_target = Some(pct(done.cpu_ns, done.wall_ns));
-        if mode == Mode::Reliable {
-            row.arrivals = done.samples.chunks_exact(2).map(|p| [p[0], p[1]]).collect();
+        if arrivals && mode == Mode::Reliable {
+            // No more than a target of ours sends, whatever one sent.
+            row.arrivals = done
+                .samples
+                .chunks_exact(2)
+                .take(crate::server::MAX_ARRIVALS as usize + 1)
+                .map(|p| [p[0], p[1]])
+                .collect();
         }
         Ok(row)
     }
@@ -298,7 +309,11 @@ impl Client {
         let mut count = first_count(spec.size);
         let mut per = 0.0;
         for _ in 0..WARM_ROUNDS {
-            let r = self.bandwidth(BwSpec { count, ..spec })?;
+            let r = self.bandwidth(BwSpec {
+                count,
+                arrivals: false,
+                ..spec
+            })?;
             per = r.seconds / r.delivered.max(1) as f64;
             match warm_again(count, r.seconds, secs) {
                 Some(next) => count = next,
@@ -322,7 +337,11 @@ impl Client {
             if spent >= secs {
                 break;
             }
-            let r = self.bandwidth(BwSpec { count, ..spec })?;
+            let r = self.bandwidth(BwSpec {
+                count,
+                arrivals: false,
+                ..spec
+            })?;
             spent += r.seconds;
             count = scaled(count, r.seconds, secs - spent);
         }
@@ -349,6 +368,7 @@ impl Client {
             completion,
             size: size as u64,
             count,
+            arrivals: false,
         };
         // A few iterations first give the round trip, which bounds the
         // warm-up's time (a long link takes milliseconds an iteration).
@@ -473,6 +493,7 @@ impl Client {
             completion: Completion::Poll,
             size: 8,
             count: probes,
+            arrivals: false,
         })?;
         self.sync(t, transport)?;
         let mut best = (f64::MAX, 0.0);
@@ -583,6 +604,7 @@ impl Client {
             completion: Completion::Poll,
             size: size as u64,
             count,
+            arrivals: false,
         })?;
         self.sync(t, transport)?;
         let out = vec![0x77u8; size];
@@ -612,6 +634,7 @@ impl Client {
             completion: Completion::Wait,
             size: 0,
             count: 0,
+            arrivals: false,
         };
         self.ctl.write(t, &s.encode())
     }

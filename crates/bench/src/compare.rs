@@ -48,6 +48,7 @@ pub struct Row {
     /// The peer's, where it reports one.
     pub theirs_p99: Option<f64>,
     /// Why the row is as it is, printed below the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
 }
 
@@ -658,7 +659,7 @@ const UCX_SHM_PUT: &str = "ucx_perftest puts into buffers UCX allocated itself \
 as shared segments the sender maps, so its put is one copy; a region of ours is memory \
 UCX registers, and UCX 1.13 has no shared-memory put into registered memory: it emulates \
 the put over active messages, a copy on each side (UCX_PROTO_INFO=y says \"software \
-emulation\"). Unlike, so not judged; macrolink's own shm put is the row beside \
+emulation\"). Unlike, so not judged; macrolink's own shm put is in the rows beside \
 ucx_perftest above.";
 
 /// Whether a `UCX_TLS` list names shared-memory transports only.

@@ -99,6 +99,9 @@ pub struct Start {
     pub size: u64,
     /// Messages (or iterations).
     pub count: u64,
+    /// A reliable bandwidth run: the target notes when its messages
+    /// arrive and sends the notes back in its [`Done`].
+    pub arrivals: bool,
 }
 
 const START_LEN: usize = 24;
@@ -130,6 +133,7 @@ impl Start {
         b[1] = code(&MODES, self.mode);
         b[2] = code(&TRANSPORTS, self.transport);
         b[3] = code(&COMPLETIONS, self.completion);
+        b[4] = u8::from(self.arrivals);
         b[8..16].copy_from_slice(&self.size.to_le_bytes());
         b[16..24].copy_from_slice(&self.count.to_le_bytes());
         b
@@ -156,12 +160,15 @@ impl Start {
             completion: pick(&COMPLETIONS, "completion", b[3])?,
             size,
             count: u64_at(16),
+            arrivals: b[4] & 1 != 0,
         })
     }
 }
 
 /// End of a run, target to initiator: the target's own figures, then any
-/// per-message samples (nanosecond timestamps).
+/// samples: per-message nanosecond timestamps (one-way runs), or pairs of
+/// an arrival's time and the messages so far (reliable bandwidth runs that
+/// asked for arrivals).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Done {
     /// CPU nanoseconds the target used.
@@ -224,8 +231,16 @@ mod tests {
             completion: Completion::Wait,
             size: 4_000_000,
             count: 77,
+            arrivals: false,
         };
         assert_eq!(Start::decode(&s.encode()), Ok(s));
+        let a = Start {
+            test: Test::Bandwidth,
+            mode: Mode::Reliable,
+            arrivals: true,
+            ..s
+        };
+        assert_eq!(Start::decode(&a.encode()), Ok(a));
         let d = Done {
             cpu_ns: 1,
             wall_ns: 2,

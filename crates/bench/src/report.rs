@@ -28,9 +28,8 @@ pub struct BwRow {
     pub seconds: f64,
     /// When the measured run began, its first message sent: the host's
     /// monotonic clock, in nanoseconds (`CLOCK_MONOTONIC`, one clock for
-    /// every process of a host, so runs made at once give their common span
-    /// from it). A datagram stream's `seconds` are timed by its target,
-    /// from its first arrival.
+    /// every process of a host, as [`BwRow::arrivals`]). A datagram
+    /// stream's `seconds` are timed by its target, from its first arrival.
     pub started_ns: u64,
     /// 10^6 bytes per second; `None` where the mode cannot carry the size.
     pub mb_per_s: Option<f64>,
@@ -40,10 +39,11 @@ pub struct BwRow {
     pub cpu_initiator: Option<f64>,
     /// CPU % of the target.
     pub cpu_target: Option<f64>,
-    /// When the target's messages arrived, a reliable run's: [the host's
-    /// monotonic clock in nanoseconds, messages so far], for every message
-    /// or, past [`crate::server::MAX_ARRIVALS`], at even steps. Runs made
-    /// at once are counted from them over the span all of them ran.
+    /// When the target's messages arrived, a reliable run's when asked
+    /// for: [the host's monotonic clock in nanoseconds, messages so far],
+    /// for every message or, past [`crate::server::MAX_ARRIVALS`], at even
+    /// steps and the last. Runs made at once are counted from them over
+    /// the span all of them ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub arrivals: Vec<[u64; 2]>,
 }

@@ -139,22 +139,29 @@ impl Server {
                         break;
                     }
                 },
-                Mode::Reliable => {
-                    // When messages arrived: (time, messages so far), every
-                    // `every`-th one, for runs made at once to be counted
-                    // over the span all of them ran.
+                Mode::Reliable if s.arrivals => {
+                    // When messages arrived, asked for: (time, messages so
+                    // far), every `every`-th one and the last, for runs made
+                    // at once to be counted over the span all of them ran.
                     let every = arrival_stride(s.count);
-                    done.samples.reserve(2 * (s.count / every) as usize);
+                    done.samples.reserve(2 * (s.count / every + 1) as usize);
                     let mut left = every;
                     for _ in 0..s.count {
                         let r = self.read()?;
                         done.messages += 1;
                         done.bytes += r.len as u64;
                         left -= 1;
-                        if left == 0 {
+                        if left == 0 || done.messages == s.count {
                             left = every;
                             done.samples.extend([clock_ns(), done.messages]);
                         }
+                    }
+                }
+                Mode::Reliable => {
+                    for _ in 0..s.count {
+                        let r = self.read()?;
+                        done.messages += 1;
+                        done.bytes += r.len as u64;
                     }
                 }
                 Mode::Datagram => {
@@ -228,11 +235,12 @@ impl Server {
     }
 }
 
-/// Arrivals a bandwidth run reports at most.
+/// Arrivals a bandwidth run reports at most, besides its last message's.
 pub const MAX_ARRIVALS: u64 = 4096;
 
 /// Every how many messages a run of `count` notes an arrival: every one up
-/// to [`MAX_ARRIVALS`], else as many as that at even steps.
+/// to [`MAX_ARRIVALS`], else as many as that at even steps (and the last
+/// message's).
 pub fn arrival_stride(count: u64) -> u64 {
     count.div_ceil(MAX_ARRIVALS).max(1)
 }

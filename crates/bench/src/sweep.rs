@@ -33,6 +33,8 @@ pub struct Bandwidth {
     /// long link's congestion window opened, as iperf3's `--omit` leaves
     /// out its first seconds); `None`: only what picking the count takes.
     pub warm: Option<f64>,
+    /// The counted runs bring back when their messages arrived.
+    pub arrivals: bool,
 }
 
 impl Bandwidth {
@@ -48,6 +50,7 @@ impl Bandwidth {
             count: None,
             pace: None,
             warm: None,
+            arrivals: false,
         }
     }
 
@@ -83,6 +86,7 @@ impl Bandwidth {
                 count: 0,
                 window: self.window,
                 pace: self.pace,
+                arrivals: false,
             };
             if let Some(w) = self.warm {
                 client.warm(spec, w)?;
@@ -91,7 +95,10 @@ impl Bandwidth {
                 Some(c) => c,
                 None => client.calibrate(spec, self.seconds)?,
             };
-            rows.push(client.bandwidth(spec)?);
+            rows.push(client.bandwidth(BwSpec {
+                arrivals: self.arrivals,
+                ..spec
+            })?);
             pb.inc(1);
         }
         pb.finish_and_clear();

@@ -181,12 +181,10 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         count: a.count,
         pace: a.pace,
         warm: a.warm,
+        arrivals: a.arrivals,
     };
     let mut rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::bw_table(&rows));
-    if !a.arrivals {
-        rows.iter_mut().for_each(|r| r.arrivals.clear());
-    }
     report::save(a.peer.json.as_deref(), None, &rows)?;
     rows.iter_mut().for_each(|r| r.arrivals.clear());
     report::save(None, a.peer.csv.as_deref(), &rows)?;
