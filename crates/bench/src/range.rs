@@ -324,8 +324,10 @@ fn bench_bw(
     let ([a, _], exe, secret, dir) = (e.ns, e.exe, e.secret, e.dir);
     // One stream: bench's own timing. Several: the same count each, about
     // `seconds` at `rate` together (the one-stream figure just measured),
-    // and 8 at least, so that some remain when the span is trimmed.
-    let count = (rate * f64::from(seconds) / MESSAGE as f64 / targets.len() as f64).max(8.0) as u64;
+    // and 16 at least, so that much remains when the span is trimmed
+    // (their warm-ups can end a second or more apart).
+    let count =
+        (rate * f64::from(seconds) / MESSAGE as f64 / targets.len() as f64).max(16.0) as u64;
     let how = match targets.len() {
         1 => ["--seconds".to_string(), seconds.to_string()],
         _ => ["--count".to_string(), count.to_string()],
@@ -458,6 +460,13 @@ fn together(runs: &[Run]) -> anyhow::Result<f64> {
         .iter()
         .filter_map(|r| r.arrivals.iter().rev().find(|a| a.0 < one_out).map(|a| a.0))
         .fold(one_out, f64::min);
+    // Too short to trim: the untrimmed span, which errs by part of a
+    // message of each stream at its ends.
+    let (from, to) = if to > from {
+        (from, to)
+    } else {
+        (all_in, one_out)
+    };
     if to <= from {
         bail!(
             "the streams' runs overlapped too little to count them together ({:.2} s of all at once); run longer (--seconds)",
@@ -1044,6 +1053,10 @@ mod tests {
         let b = run(&[(2.0, 3.0, 20.0)]);
         let e = together(&[a, b]).unwrap_err().to_string();
         assert!(e.contains("overlapped too little"), "{e}");
+        // Overlapping by less than a message of each: counted untrimmed.
+        let a = run(&[(0.0, 1.0, 10.0), (1.0, 1.15, 10.0)]);
+        let b = run(&[(0.9, 1.0, 10.0), (1.0, 2.0, 20.0)]);
+        assert!(together(&[a, b]).unwrap() > 0.0);
         // A run with no arrivals reported cannot be placed.
         let mut a = run(&[(0.0, 1.0, 20.0)]);
         let b = run(&[(0.0, 1.0, 20.0)]);
