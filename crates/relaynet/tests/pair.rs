@@ -441,6 +441,15 @@ fn strangers_get_no_flow_and_a_proven_host_gets_through_while_they_wait() {
     let silent: Vec<TcpStream> = (0..6)
         .map(|_| TcpStream::connect(a.addr_of(2)).unwrap())
         .collect();
+    // Each is heard on a thread of its own, which enters the relay's gate
+    // in whatever order the threads run: wait until each has its challenge
+    // (or is cut already), so that all six are older than what follows.
+    for s in &silent {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 64];
+        let mut s: &TcpStream = s;
+        let _ = s.read(&mut b);
+    }
     let wrong = Key::from_secret(b"not the cluster's secret at all").unwrap();
     let (_s, r) = hand_hello(&a, 7, &wrong);
     assert!(
@@ -473,7 +482,6 @@ fn strangers_get_no_flow_and_a_proven_host_gets_through_while_they_wait() {
                 .unwrap();
             let mut b = [0u8; 64];
             let mut s: &TcpStream = s;
-            let _ = s.read(&mut b); // the challenge
             match s.read(&mut b) {
                 Ok(0) => true,
                 Err(e) => !matches!(
