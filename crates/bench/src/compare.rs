@@ -50,6 +50,11 @@ pub struct Row {
     /// Why the row is as it is, printed below the table.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<&'static str>,
+    /// The lowest and the highest ours / theirs of the runs made back to
+    /// back, where the row is a median of several: how far the machine
+    /// moved the ratio while the row ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<(f64, f64)>,
 }
 
 impl Row {
@@ -57,6 +62,12 @@ impl Row {
     fn regimes(mut self, ours: &'static str, peer: &'static str) -> Row {
         self.ours_regime = ours;
         self.peer_regime = peer;
+        self
+    }
+
+    /// Adds the spread of the ratios of runs made back to back.
+    fn pairs(mut self, pairs: Option<(f64, f64)>) -> Row {
+        self.pairs = pairs;
         self
     }
 
@@ -120,6 +131,7 @@ fn row(
         ours_p99: None,
         theirs_p99: None,
         note: None,
+        pairs: None,
     }
 }
 
@@ -179,11 +191,13 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 fn alternated(
     mut ours: impl FnMut() -> anyhow::Result<Lat>,
     mut theirs: Option<impl FnMut() -> Option<Lat>>,
-) -> anyhow::Result<(Lat, Option<Lat>)> {
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+) -> anyhow::Result<(Lat, Option<Lat>, Option<Spread>)> {
+    let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ALTERNATIONS {
-        a.push(ours()?);
+        let o = ours()?;
+        a.push(o);
         if let Some(r) = theirs.as_mut().and_then(|f| f()) {
+            pairs.push((o.median, r.median));
             b.push(r);
         }
     }
@@ -194,7 +208,22 @@ fn alternated(
         })
     };
     let ours = side(&a).ok_or_else(|| anyhow::anyhow!("no latency run"))?;
-    Ok((ours, side(&b)))
+    Ok((ours, side(&b), spread(pairs)))
+}
+
+/// The lowest and the highest of some ratios.
+type Spread = (f64, f64);
+
+/// The lowest and the highest ours / theirs of runs made back to back
+/// (`None` without a pair to divide).
+fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
+    pairs
+        .into_iter()
+        .filter(|&(_, b)| b > 0.0)
+        .map(|(a, b)| a / b)
+        .fold(None, |acc, r| {
+            Some(acc.map_or((r, r), |(lo, hi): (f64, f64)| (lo.min(r), hi.max(r))))
+        })
 }
 
 /// Iterations of a peer's bandwidth run of `size`-byte messages: as many
@@ -249,7 +278,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         |tls: &str, test: &str, size: usize, iters: u64| ucx_perftest::run(tls, test, size, iters);
 
     eprintln!("shm latency ...");
-    let (ours, theirs) = alternated(
+    let (ours, theirs, pairs) = alternated(
         || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
         has_ucx.then_some(|| {
             opt(ucx("posix,self", "tag_lat", 8, n * 5)).map(|f| Lat {
@@ -268,24 +297,27 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             Goal::AtMost(1.0),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours.p99, None),
+        .p99(ours.p99, None)
+        .pairs(pairs),
     );
 
     for size in [1_000_000usize, 4_000_000] {
         eprintln!("shm put {size} B ...");
         // Three runs of each side alternated, and their medians: one run
         // of either moves by a tenth with the machine's minute.
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut ours, mut theirs, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {
             let r = bw(&mut s, Transport::Shm, Mode::Put, Completion::Poll, size)?.mb_per_s;
             ours.extend(r);
             let iters = peer_iters(r, 20_000.0, secs, size);
             let t = has_ucx
                 .then(|| opt(ucx("posix,cma,self", "ucp_put_bw", size, iters)))
-                .flatten();
-            theirs.extend(t.map(|f| f.mb_per_s));
+                .flatten()
+                .map(|f| f.mb_per_s);
+            theirs.extend(t);
+            pairs.extend(r.zip(t));
         }
-        let (ours, theirs) = (median(ours), median(theirs));
+        let (ours, theirs, pairs) = (median(ours), median(theirs), spread(pairs));
         rows.push(
             row(
                 &format!("shm put {size} B, median of 3"),
@@ -295,7 +327,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 theirs,
                 Goal::AtLeast(0.9),
             )
-            .regimes(POLL, BUSY_PROGRESS),
+            .regimes(POLL, BUSY_PROGRESS)
+            .pairs(pairs),
         );
         let mc = memcpy_rate(size, secs.min(1.0));
         rows.push(
@@ -429,7 +462,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             ),
             (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
         ] {
-            let (ours, theirs) = alternated(
+            let (ours, theirs, pairs) = alternated(
                 || lat_in(&mut s, t, m, c, 64),
                 has_sockperf.then_some(|| {
                     opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(|l| Lat {
@@ -449,7 +482,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     Goal::AtMost(1.0),
                 )
                 .regimes(ours_regime, peer_regime)
-                .p99(ours.p99, theirs.and_then(|l| l.p99)),
+                .p99(ours.p99, theirs.and_then(|l| l.p99))
+                .pairs(pairs),
             );
         }
     }
@@ -476,6 +510,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
         let (mut ours_both, mut theirs_both) = (Vec::new(), Vec::new());
+        let (mut pairs_bw, mut pairs_both) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let r = bw(
                 &mut s,
@@ -484,17 +519,21 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 Completion::Wait,
                 size,
             )?;
+            let both = r.cpu_initiator.zip(r.cpu_target).map(|(a, b)| a + b);
             ours.extend(r.mb_per_s);
             ours_cpu.extend(r.cpu_target);
-            ours_both.extend(r.cpu_initiator.zip(r.cpu_target).map(|(a, b)| a + b));
+            ours_both.extend(both);
             if has_ucx {
                 let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
                 let f = opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters));
                 theirs.extend(f.map(|f| f.mb_per_s));
+                pairs_bw.extend(r.mb_per_s.zip(f.map(|f| f.mb_per_s)));
                 let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
                 theirs_cpu.extend(cpu);
                 let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
-                theirs_both.extend(cpu.zip(client).map(|(a, b)| a + b));
+                let theirs = cpu.zip(client).map(|(a, b)| a + b);
+                theirs_both.extend(theirs);
+                pairs_both.extend(both.zip(theirs));
             }
         }
         rows.push(
@@ -506,7 +545,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 median(theirs),
                 Goal::AtLeast(1.0),
             )
-            .regimes(WAIT, "sleep"),
+            .regimes(WAIT, "sleep")
+            .pairs(spread(pairs_bw)),
         );
         // UCX's receiver pulls a rendezvous message with its own
         // cross-memory read; ours is written into by the sender. So the
@@ -532,7 +572,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 median(theirs_both),
                 Goal::AtMost(1.0),
             )
-            .regimes(WAIT, "sleep"),
+            .regimes(WAIT, "sleep")
+            .pairs(spread(pairs_both)),
         );
     }
 
@@ -591,7 +632,7 @@ fn ucx_rows(
     };
     let mut s = Session::open_with(exe, None, Some(&opts))?;
     let n = a.iterations;
-    let (ours, theirs) = alternated(
+    let (ours, theirs, pairs) = alternated(
         || {
             let u = s
                 .client()
@@ -626,7 +667,8 @@ fn ucx_rows(
             Goal::AtMost(1.05),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours.p99, None),
+        .p99(ours.p99, None)
+        .pairs(pairs),
     );
     for size in [1_000_000usize, 4_000_000] {
         let mut r =
@@ -673,7 +715,7 @@ fn shared_memory_only(tls: &str) -> bool {
 /// its rows' target column.
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>7} {:>4}\n",
+        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
         "figure",
         "unit",
         "regime ours / theirs",
@@ -683,6 +725,7 @@ pub fn table(rows: &[Row]) -> String {
         "theirs",
         "their p99",
         "ratio",
+        "pairs",
         "target",
         "met"
     );
@@ -704,7 +747,7 @@ pub fn table(rows: &[Row]) -> String {
             None => r.target.clone(),
         };
         s += &format!(
-            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>7} {:>4}\n",
+            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
             r.figure,
             r.unit,
             format!("{} / {}", r.ours_regime, r.peer_regime),
@@ -714,6 +757,8 @@ pub fn table(rows: &[Row]) -> String {
             f(r.theirs),
             g(r.theirs_p99),
             f(r.ratio),
+            r.pairs
+                .map_or(String::new(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")),
             target,
             match r.met {
                 Some(true) => "yes",
@@ -746,11 +791,11 @@ mod tests {
     }
 
     #[test]
-    fn latency_runs_alternate_and_each_side_keeps_its_median() {
+    fn latency_runs_alternate_and_each_side_keeps_its_median_and_the_pairs_their_spread() {
         let order = RefCell::new(String::new());
         let mut ours = [3.0, 9.0, 1.0, 2.0, 8.0].into_iter();
         let mut theirs = [5.0, 4.0, 7.0, 6.0].into_iter();
-        let (a, b) = alternated(
+        let (a, b, pairs) = alternated(
             || {
                 order.borrow_mut().push('o');
                 let m = ours.next().unwrap();
@@ -784,9 +829,12 @@ mod tests {
                 p99: None
             })
         );
+        // Each of ours over the peer's run right after it: 3/5, 9/4, 1/7,
+        // 2/6; the fifth has no pair.
+        assert_eq!(pairs, Some((1.0 / 7.0, 9.0 / 4.0)));
         // No peer: our side alone.
         let none: Option<fn() -> Option<Lat>> = None;
-        let (a, b) = alternated(
+        let (a, b, pairs) = alternated(
             || {
                 Ok(Lat {
                     median: 1.0,
@@ -796,7 +844,9 @@ mod tests {
             none,
         )
         .unwrap();
-        assert_eq!((a.median, b), (1.0, None));
+        assert_eq!((a.median, b, pairs), (1.0, None, None));
+        assert_eq!(spread([(2.0, 0.0)]), None, "no ratio of a zero");
+        assert_eq!(spread([(2.0, 4.0), (3.0, 0.0)]), Some((0.5, 0.5)));
         // Our run failing fails the row.
         let none: Option<fn() -> Option<Lat>> = None;
         assert!(alternated(|| Err(anyhow::anyhow!("gone")), none).is_err());
@@ -815,7 +865,8 @@ mod tests {
                 Goal::AtMost(1.0),
             )
             .regimes(POLL, "busy poll")
-            .p99(Some(5.5), Some(3.25)),
+            .p99(Some(5.5), Some(3.25))
+            .pairs(Some((1.75, 2.5))),
             row(
                 "tcp reliable 1000000 B",
                 "MB/s",
@@ -839,6 +890,10 @@ mod tests {
         );
         assert!(lines[1].trim_end().ends_with("NO"), "{t}");
         assert!(
+            lines[0].contains("pairs") && lines[1].contains("1.75-2.50"),
+            "{t}"
+        );
+        assert!(
             lines[2].contains("wait / blocking") && lines[2].contains("n.a."),
             "{t}"
         );
@@ -846,6 +901,9 @@ mod tests {
         assert_eq!(j["ours_regime"], "poll");
         assert_eq!(j["peer_regime"], "busy poll");
         assert_eq!(j["theirs_p99"], 3.25);
+        assert_eq!(j["pairs"], serde_json::json!([1.75, 2.5]));
+        let j = serde_json::to_value(&rows[1]).unwrap();
+        assert!(j.get("pairs").is_none(), "{j}");
     }
 
     #[test]
