@@ -4,12 +4,13 @@
 use macrolink_fabric::{Completion, Mode, Transport};
 use serde::Serialize;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::proto::Test;
 use crate::session::Session;
 use crate::sweep;
+use crate::wake;
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -536,11 +537,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 pairs_both.extend(both.zip(theirs));
             }
         }
+        let ours = median(ours);
         rows.push(
             row(
                 &format!("shm reliable {size} B, median of 3"),
                 "MB/s",
-                median(ours),
+                ours,
                 "ucx_perftest tag_bw -E sleep (posix,cma)",
                 median(theirs),
                 Goal::AtLeast(1.0),
@@ -548,6 +550,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             .regimes(WAIT, "sleep")
             .pairs(spread(pairs_bw)),
         );
+        let ours_cpu = median(ours_cpu);
         // UCX's receiver pulls a rendezvous message with its own
         // cross-memory read; ours is written into by the sender. So the
         // receivers alone compare unlike work: the goal is on both sides
@@ -556,13 +559,34 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             row(
                 &format!("shm reliable {size} B, receiver CPU"),
                 "%",
-                median(ours_cpu),
+                ours_cpu,
                 "ucx_perftest -E sleep, its receiver (copies)",
                 median(theirs_cpu),
                 Goal::Info,
             )
             .regimes(WAIT, "sleep"),
         );
+        // What one wake-up a message costs a thread here with nothing else
+        // in it, at our messages a second: under that no reader woken
+        // once a message can go.
+        if let Some(rate) = ours.map(|mb| mb * 1e6 / size as f64) {
+            let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
+            let wake = opt(wake::measure(WAKES, interval));
+            rows.push(
+                row(
+                    &format!("shm reliable {size} B, receiver CPU"),
+                    "%",
+                    ours_cpu,
+                    &wake.map_or("a bare wake-up a message (futex)".into(), |w| {
+                        format!("a bare wake-up a message: {:.1} us each", w.cpu_us)
+                    }),
+                    wake.map(|w| w.pct_at(rate)),
+                    Goal::Info,
+                )
+                .regimes(WAIT, "sleep")
+                .note(WAKE_FLOOR),
+            );
+        }
         rows.push(
             row(
                 &format!("shm reliable {size} B, CPU of both sides"),
@@ -703,6 +727,15 @@ UCX registers, and UCX 1.13 has no shared-memory put into registered memory: it 
 the put over active messages, a copy on each side (UCX_PROTO_INFO=y says \"software \
 emulation\"). Unlike, so not judged; macrolink's own shm put is in the rows beside \
 ucx_perftest above.";
+
+/// Wake-ups timed for the floor under a waiting reader's CPU.
+const WAKES: u64 = 5_000;
+
+/// Why the second receiver row's peer is a floor, not a tool.
+const WAKE_FLOOR: &str = "a thread of this process woken (a futex) once a message at \
+our messages a second, with nothing else to do: its CPU time a wake-up, the switch into it \
+and back out, times our messages a second. A reader woken once a message cannot use less \
+of a core; the 10% limit of the target-CPU row needs this floor under it.";
 
 /// Whether a `UCX_TLS` list names shared-memory transports only.
 fn shared_memory_only(tls: &str) -> bool {

@@ -23,7 +23,8 @@
 //! sockperf; [`gateways`] runs PaScal's lanes in network namespaces beside
 //! the kernel's multipath routes (iperf3); [`files`] puts `macrolink cp`
 //! beside xrdcp and cp. [`idle`] measures what quiet connections cost a
-//! busy one, in one process.
+//! busy one, in one process; [`wake`] what waking a sleeping thread costs
+//! it, the floor under a waiting reader's CPU.
 
 pub mod client;
 pub mod clock;
@@ -44,6 +45,7 @@ pub mod server;
 pub mod session;
 pub mod stats;
 pub mod sweep;
+pub mod wake;
 
 /// The papers' message sizes (bytes), 10 B to 4 MB.
 pub const PAPER_SIZES: [usize; 15] = [
