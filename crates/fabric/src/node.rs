@@ -1,7 +1,7 @@
 //! A process's presence in the fabric: its node id, its listeners (tcp and
 //! the unix socket of shared memory) and their acceptor threads, and the
 //! endpoints it opens. How connections are dialled and accepted is
-//! [`crate::contact`].
+//! [`crate::transport::contact`].
 
 use std::collections::BTreeMap;
 use std::io;

@@ -1,6 +1,6 @@
 //! Thin wrappers over the few system calls the transports need.
 //!
-//! Most calls go through [`syscall!`], which turns a `-1` return into the
+//! Most calls go through `syscall!`, which turns a `-1` return into the
 //! `io::Error` of `errno`; the two a polling endpoint makes on every pass
 //! ([`send_vectored`], [`recv`]) go through rustix's direct system calls.
 
