@@ -13,7 +13,7 @@
 //! read. A staged message that outgrows the pool moves into the reader's
 //! buffer as soon as one large enough is offered, so a bounded pool still
 //! carries messages of any size. Put payload goes straight into the
-//! registered region after the whole put has been checked.
+//! registered region after the whole put has been checked ([`puts`]).
 //!
 //! A message placed straight into the reader's buffer holds that buffer
 //! until it is whole. When its sender stops mid-way for [`HOLD`] (a hung
@@ -26,11 +26,12 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, RawFd};
 use std::time::Instant;
 
+mod puts;
+
 use super::offer::PLACE_MIN;
 use super::region::RemoteRegion;
 use super::sys::{self, Interest};
-use super::{ByteStream, Connection, Control, OneSided, RegionAnswer, SendState};
-use crate::iobuf::IoBuf;
+use super::{ByteStream, Connection, Control, OneSided, SendState};
 use crate::pool::{Chain, TokenPool};
 use crate::puts::PutStatus;
 use crate::rx::{Body, Core, Ready, Step, HOLD, SPINS_PER_CHECK};
@@ -493,27 +494,6 @@ impl<S: ByteStream> Framed<S> {
         Step::Moved
     }
 
-    fn region_info(&mut self, core: &mut Core, h: Header) -> Step {
-        if h.len != 0 {
-            return self.violation(core, "region answer with a payload");
-        }
-        self.rx.finish();
-        self.frame_started = false;
-        self.control.region_reply = Some(if h.offset != 0 {
-            Err(Refusal::from_code(h.offset))
-        } else {
-            match self.stream.take_fd() {
-                Some(fd) => Ok(RegionAnswer::Mapped {
-                    key: h.key,
-                    len: h.total as usize,
-                    fd,
-                }),
-                None => return self.violation(core, "region answer without its memory"),
-            }
-        });
-        Step::Moved
-    }
-
     /// Sleeps or spins until more bytes of the direct message may have
     /// arrived (`None`: read on); once it has waited [`HOLD`], moves it out
     /// of the reader's buffer `user` (see [`hold`](Self::hold)). Otherwise
@@ -578,108 +558,6 @@ impl<S: ByteStream> Framed<S> {
             buf,
         };
         true
-    }
-
-    fn put(&mut self, core: &mut Core, h: Header) -> Step {
-        if !self.frame_started {
-            match &self.asm {
-                Asm::Idle => {
-                    self.asm = Asm::Put {
-                        seq: h.seq,
-                        key: h.key,
-                        start: h.offset,
-                        total: h.total,
-                        got: 0,
-                        region: core.regions.check(h.key, h.offset, h.total),
-                        notify: h.flags.contains(macrolink_wire::Flags::NOTIFY),
-                    };
-                }
-                Asm::Put {
-                    seq,
-                    key,
-                    start,
-                    total,
-                    got,
-                    ..
-                } => {
-                    if h.seq != *seq
-                        || h.key != *key
-                        || h.total != *total
-                        || h.offset != start + got
-                        || got + u64::from(h.len) > *total
-                    {
-                        return self.violation(core, "put fragment does not continue its put");
-                    }
-                }
-                _ => return self.violation(core, "put inside a message"),
-            }
-            self.frame_started = true;
-        }
-        let Asm::Put { region, got, .. } = &mut self.asm else {
-            unreachable!("put state")
-        };
-        let end = h.offset as usize + h.len as usize;
-        let mut moved = false;
-        while self.rx.left() > 0 {
-            let r = match region {
-                Ok(i) => {
-                    let at = end - self.rx.left();
-                    let mem = core.regions.slot_mut(*i);
-                    self.rx.payload(&mut self.stream, &mut mem[at..end])
-                }
-                Err(_) => self.rx.discard(&mut self.stream),
-            };
-            match r {
-                Ok(0) => return Step::or_moved(moved),
-                Ok(_) => moved = true,
-                Err(e) => return core.broken(e.to_string()),
-            }
-        }
-        self.rx.finish();
-        self.frame_started = false;
-        *got += u64::from(h.len);
-        let Asm::Put {
-            seq,
-            key,
-            start,
-            total,
-            got,
-            region,
-            notify,
-        } = &self.asm
-        else {
-            unreachable!("put state")
-        };
-        if got < total {
-            return Step::Moved;
-        }
-        let mut answer = Header::new(FrameKind::PutAck);
-        answer.seq = *seq;
-        match region {
-            Ok(_) => {
-                core.stats.bytes_in += total;
-                if *notify {
-                    core.ready.push_back(Ready::Placed {
-                        from: self.peer,
-                        transport: self.stream.transport(),
-                        via: Some(self.id),
-                        key: RegionKey(*key),
-                        offset: *start,
-                        len: *total as usize,
-                    });
-                }
-            }
-            Err(r) => {
-                core.stats.puts_refused += 1;
-                answer.kind = FrameKind::PutNack;
-                answer.offset = r.code();
-                tracing::debug!(peer = %self.peer, "put refused: {r}");
-            }
-        }
-        core.ctrl_queued += 1;
-        self.control.out.push_back((answer, Vec::new()));
-        self.asm = Asm::Idle;
-        Step::Moved
     }
 }
 
@@ -807,55 +685,6 @@ impl<S: ByteStream> Connection for Framed<S> {
         } else {
             None
         }
-    }
-}
-
-/// Shared memory: the target's regions mapped into this process, written
-/// in place.
-impl<S: ByteStream> OneSided for Framed<S> {
-    fn find(&self, key: u64) -> Option<usize> {
-        self.remote.iter().position(|r| r.key == key)
-    }
-
-    fn adopt(&mut self, answer: RegionAnswer) -> io::Result<usize> {
-        let RegionAnswer::Mapped { key, len, fd } = answer else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a region answer of another transport",
-            ));
-        };
-        self.remote.push(RemoteRegion::map(key, len, fd)?);
-        Ok(self.remote.len() - 1)
-    }
-
-    fn len(&self, i: usize) -> usize {
-        self.remote[i].len
-    }
-
-    fn revoked(&self, i: usize) -> bool {
-        self.remote[i].revoked()
-    }
-
-    fn forget(&mut self, i: usize) {
-        self.remote.swap_remove(i);
-    }
-
-    fn write(&mut self, i: usize, offset: usize, data: &[u8]) -> io::Result<()> {
-        self.remote[i].fill(offset, data.len(), |dst| {
-            dst.copy_from_slice(data);
-            Ok(())
-        })
-    }
-
-    fn fill(
-        &mut self,
-        i: usize,
-        offset: usize,
-        len: usize,
-        _scratch: &mut IoBuf,
-        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>,
-    ) -> io::Result<()> {
-        self.remote[i].fill(offset, len, fill)
     }
 }
 
