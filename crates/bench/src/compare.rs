@@ -578,7 +578,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     "%",
                     ours_cpu,
                     &wake.map_or("a bare wake-up a message (futex)".into(), |w| {
-                        format!("a bare wake-up a message: {:.1} us each", w.cpu_us)
+                        format!(
+                            "a bare wake-up: {:.1} us, waker {:.0}, late {:.0}",
+                            w.cpu_us, w.waker_us, w.late_us
+                        )
                     }),
                     wake.map(|w| w.pct_at(rate)),
                     Goal::Info,
@@ -735,7 +738,12 @@ const WAKES: u64 = 5_000;
 const WAKE_FLOOR: &str = "a thread of this process woken (a futex) once a message at \
 our messages a second, with nothing else to do: its CPU time a wake-up, the switch into it \
 and back out, times our messages a second. A reader woken once a message cannot use less \
-of a core; the 10% limit of the target-CPU row needs this floor under it.";
+of a core; the 10% limit of the target-CPU row needs this floor under it. waker: the median \
+time of the waking call (where idle processors halt, as on a virtual machine, the \
+interrupt to the sleeper's processor is made inside it); late: the median time from that \
+call to the sleeper running. A sender that rings a sleeping reader once a message pays \
+the first each message, and the reader takes the second to be back: both bound a waiting \
+stream's bandwidth where the peer's receiver never sleeps.";
 
 /// Whether a `UCX_TLS` list names shared-memory transports only.
 fn shared_memory_only(tls: &str) -> bool {
