@@ -1,5 +1,9 @@
 //! `macrolink`: the command line.
 
+// The doc comments of the commands' arguments are their `--help`, written
+// for a terminal (`ml://host[:port]/path`, `[[macro]]` tables), not links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 mod args;
 mod bench;
 mod demo;

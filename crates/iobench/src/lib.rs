@@ -36,7 +36,7 @@ use report::{human, IoRow};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Directory or ml://host[:port]/dir to test in (default: a new
+    /// Directory or `ml://host[:port]/dir` to test in (default: a new
     /// directory under the current one, removed afterwards).
     pub target: Option<String>,
     /// Worker processes.

@@ -31,7 +31,7 @@ use crate::phase::{Op, Phase, Times};
 pub struct Setup {
     /// This worker's rank, 0..workers.
     pub rank: u64,
-    /// Directory or ml://host[:port]/dir.
+    /// Directory or `ml://host[:port]/dir`.
     pub target: String,
     /// fsync written files before closing them.
     pub fsync: bool,

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// The hosts of [`write`]'s file, in rank order.
+/// The hosts of [`write()`]'s file, in rank order.
 pub const HOSTS: [&str; 4] = ["compute0", "gw0", "gw1", "store0"];
 
 /// Writes `cluster.toml`, `secret` and `export/` into `dir`; the file's
@@ -15,7 +15,7 @@ pub fn write(dir: &Path, base: u16) -> std::io::Result<PathBuf> {
     write_site(dir, base, None)
 }
 
-/// [`write`]'s file with management: every host in one macro-cluster
+/// [`write()`]'s file with management: every host in one macro-cluster
 /// managed by gw0 with gw1 as fallback, store0 the central manager, manage
 /// ports `base + 41` to `base + 44`, and `manage` in the `[manage]` table.
 pub fn write_with_managers(dir: &Path, base: u16, manage: &str) -> std::io::Result<PathBuf> {
