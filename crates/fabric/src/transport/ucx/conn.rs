@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::ffi::{self, Posted, Ucp};
-use super::port::DATAGRAM_AM;
-use super::{control_bytes, error, finish, Worker};
+use super::{control_bytes, error, finish, Worker, DATAGRAM_AM};
 use crate::rx::{Core, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, Control, OneSided, RegionAnswer, SendState};

@@ -49,6 +49,9 @@ pub(crate) use port::{Conns, Pending, Port};
 /// taken.
 pub(crate) const CREDITS: u32 = 64;
 
+/// The active-message id of datagrams.
+pub(crate) const DATAGRAM_AM: u32 = 0;
+
 /// A node's UCX context.
 pub(crate) struct Context {
     ucp: &'static Ucp,

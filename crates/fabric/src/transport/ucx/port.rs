@@ -26,14 +26,12 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::ffi::{self, Posted, Ucp};
-use super::{control_bytes, error, finish, Contact, Context, Shared, Worker, CREDITS};
+use super::{control_bytes, error, finish, Contact, Context, Shared, Worker, CREDITS, DATAGRAM_AM};
 use crate::rx::{Body, Core, Ready, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, RegionAnswer};
 use crate::types::{Addr, Completion, Mode, Recv, RecvKind, RegionKey, Transport};
 
-/// The active-message id of datagrams.
-pub(crate) const DATAGRAM_AM: u32 = 0;
 /// Datagrams the handler keeps between two passes; more are dropped.
 const RING: usize = 64;
 /// Tagged messages taken off UCX in one pass, at most.
