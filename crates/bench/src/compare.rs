@@ -12,6 +12,12 @@ use crate::session::Session;
 use crate::sweep;
 use crate::wake;
 
+mod chart;
+mod table;
+
+pub use chart::png;
+pub use table::table;
+
 /// What to run.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -56,6 +62,9 @@ pub struct Row {
     /// moved the ratio while the row ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs: Option<(f64, f64)>,
+    /// The target, as `target` says it.
+    #[serde(skip)]
+    goal: Goal,
 }
 
 impl Row {
@@ -95,6 +104,8 @@ const BUSY_PROGRESS: &str = "busy progress";
 /// Blocking sockets: the kernel wakes the reader.
 const BLOCKING: &str = "blocking";
 
+/// What a row's ratio should be.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Goal {
     AtMost(f64),
     AtLeast(f64),
@@ -133,6 +144,7 @@ fn row(
         theirs_p99: None,
         note: None,
         pairs: None,
+        goal,
     }
 }
 
@@ -749,69 +761,6 @@ stream's bandwidth where the peer's receiver never sleeps.";
 fn shared_memory_only(tls: &str) -> bool {
     tls.split(',')
         .all(|t| matches!(t.trim(), "sm" | "self" | "posix" | "sysv" | "cma"))
-}
-
-/// The table: each row's regime as `ours / theirs`, and latency rows'
-/// 99th percentiles beside their medians; notes below it, each marked in
-/// its rows' target column.
-pub fn table(rows: &[Row]) -> String {
-    let mut s = format!(
-        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
-        "figure",
-        "unit",
-        "regime ours / theirs",
-        "ours",
-        "ours p99",
-        "beside",
-        "theirs",
-        "their p99",
-        "ratio",
-        "pairs",
-        "target",
-        "met"
-    );
-    let f = |v: Option<f64>| v.map_or("n.a.".into(), |x| format!("{x:.2}"));
-    let g = |v: Option<f64>| v.map_or("".into(), |x| format!("{x:.2}"));
-    let mut notes: Vec<&str> = Vec::new();
-    for r in rows {
-        let target = match r.note {
-            Some(n) => {
-                let k = match notes.iter().position(|&m| m == n) {
-                    Some(k) => k,
-                    None => {
-                        notes.push(n);
-                        notes.len() - 1
-                    }
-                };
-                format!("{} [{}]", r.target, k + 1)
-            }
-            None => r.target.clone(),
-        };
-        s += &format!(
-            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
-            r.figure,
-            r.unit,
-            format!("{} / {}", r.ours_regime, r.peer_regime),
-            f(r.ours),
-            g(r.ours_p99),
-            r.peer,
-            f(r.theirs),
-            g(r.theirs_p99),
-            f(r.ratio),
-            r.pairs
-                .map_or(String::new(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")),
-            target,
-            match r.met {
-                Some(true) => "yes",
-                Some(false) => "NO",
-                None => "",
-            }
-        );
-    }
-    for (k, n) in notes.iter().enumerate() {
-        s += &format!("[{}] {n}\n", k + 1);
-    }
-    s
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Bandwidth against message size, one curve per series, as a PNG.
+//! Pictures of the benchmarks' results, as PNGs: bandwidth against message
+//! size, one curve per series; ratios beside their targets, one line each.
 
 use plotters::prelude::*;
 use std::path::Path;
@@ -84,4 +85,136 @@ pub fn lines_png(
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// One judged ratio for [`ratios_png`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RatioMark {
+    /// What the ratio is of.
+    pub label: String,
+    /// Ours / theirs.
+    pub ratio: f64,
+    /// The lowest and the highest ratio of the runs behind it, if several.
+    pub spread: Option<(f64, f64)>,
+    /// The target's limit.
+    pub limit: f64,
+    /// The ratio must stay at or below the limit (else at or above it).
+    pub at_most: bool,
+    /// Whether it does.
+    pub met: bool,
+}
+
+/// The ratios a picture spans (log scale): what lies outside is drawn at
+/// its edge with its value beside it.
+const RATIO_SPAN: (f64, f64) = (0.5, 2.0);
+
+/// Draws each ratio on its own line, first at the top, over ratios
+/// [`RATIO_SPAN`] on a log scale: a dot (green where its target is met,
+/// red where not), a bar through it from the lowest to the highest ratio
+/// of the runs behind it, its target as a black tick, and parity (1.0) as
+/// a grey line.
+pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Result<()> {
+    anyhow::ensure!(!marks.is_empty(), "no ratio with a target to draw");
+    register_font()?;
+    let n = marks.len();
+    let (lo, hi) = RATIO_SPAN;
+    let clip = |x: f64| x.clamp(lo, hi);
+    // Segment `n - 1 - i` holds mark `i`: the first mark on top.
+    let at = |i: usize| SegmentValue::CenterOf(n - 1 - i);
+    let height = 140 + 30 * u32::try_from(n.min(200)).unwrap_or(200);
+    let root = BitMapBackend::new(path, (1200, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(520)
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(vec![
+                0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0,
+            ]),
+            (0..n).into_segmented(),
+        )?;
+    let label = |v: &SegmentValue<usize>| match v {
+        SegmentValue::CenterOf(k) if *k < n => marks[n - 1 - k].label.clone(),
+        _ => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .x_desc(
+            "ours / theirs (log scale): green met, red missed; bar: the runs behind it; \
+             black tick: the target",
+        )
+        .x_label_formatter(&|x| format!("{x:.2}"))
+        .y_labels(n)
+        .y_label_formatter(&label)
+        .disable_y_mesh()
+        .label_style(("sans-serif", 13))
+        .draw()?;
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
+        RGBColor(160, 160, 160).stroke_width(1),
+    )))?;
+    for (i, m) in marks.iter().enumerate() {
+        let color = if m.met {
+            RGBColor(0, 140, 60)
+        } else {
+            RGBColor(200, 30, 30)
+        };
+        if let Some((a, b)) = m.spread {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(clip(a), at(i)), (clip(b), at(i))],
+                color.stroke_width(2),
+            )))?;
+        }
+        let tick = EmptyElement::at((clip(m.limit), at(i)))
+            + Rectangle::new([(-1, -11), (1, 11)], BLACK.filled());
+        chart.draw_series(std::iter::once(tick))?;
+        let dot = EmptyElement::at((clip(m.ratio), at(i))) + Circle::new((0, 0), 5, color.filled());
+        chart.draw_series(std::iter::once(dot))?;
+        // Beyond the span: the value, beside the dot at the edge.
+        if m.ratio < lo || m.ratio > hi {
+            let dx = if m.ratio > hi { -60 } else { 10 };
+            let text = EmptyElement::at((clip(m.ratio), at(i)))
+                + Text::new(format!("{:.2}", m.ratio), (dx, -16), ("sans-serif", 13));
+            chart.draw_series(std::iter::once(text))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(label: &str, ratio: f64, met: bool) -> RatioMark {
+        RatioMark {
+            label: label.into(),
+            ratio,
+            spread: Some((ratio * 0.9, ratio * 1.1)),
+            limit: 1.0,
+            at_most: true,
+            met,
+        }
+    }
+
+    #[test]
+    fn ratios_are_drawn_as_a_png_and_none_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("ratios.png");
+        // One beyond the span on each side: drawn at its edges.
+        let marks = [
+            mark("shm 8 B", 0.96, true),
+            mark("tcp 64 B", 1.11, false),
+            mark("target CPU", 7.84, false),
+            mark("put target CPU", 0.0, true),
+        ];
+        ratios_png(&p, "ratios", &marks).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+        assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+        assert!(ratios_png(&d.path().join("none.png"), "none", &[]).is_err());
+        assert!(!d.path().join("none.png").exists());
+    }
 }

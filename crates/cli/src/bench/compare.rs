@@ -15,6 +15,9 @@ pub struct Args {
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw each judged ratio beside its target as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -26,6 +29,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     print!("{}", compare::table(&rows));
     if let Some(p) = &a.json {
         macrolink_bench::report::write_json(p, &rows)?;
+    }
+    if let Some(p) = &a.plot {
+        compare::png(p, &rows)?;
+        println!("plot: {}", p.display());
     }
     Ok(())
 }
