@@ -106,7 +106,7 @@ pub struct RatioMark {
 
 /// The ratios a picture spans (log scale): what lies outside is drawn at
 /// its edge with its value beside it.
-const RATIO_SPAN: (f64, f64) = (0.5, 2.0);
+pub const RATIO_SPAN: (f64, f64) = (0.5, 2.0);
 
 /// Draws each ratio on its own line, first at the top, over ratios
 /// [`RATIO_SPAN`] on a log scale: a dot (green where its target is met,

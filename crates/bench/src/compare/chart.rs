@@ -27,7 +27,7 @@ pub fn marks(rows: &[Row]) -> Vec<RatioMark> {
         .collect()
 }
 
-/// Draws [`marks`] of `rows` as a PNG at `path`.
+/// Draws the judged rows of `rows` (their marks, above) as a PNG at `path`.
 pub fn png(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     ratios_png(path, "macrolink beside the established tools", &marks(rows))
 }
