@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::proto::Test;
 use crate::session::Session;
+use crate::sleeps;
 use crate::sweep;
 use crate::wake;
 
@@ -280,9 +281,6 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             p99: Some(u.p99),
         })
     };
-    let lat = |s: &mut Session, t, m, size| -> anyhow::Result<f64> {
-        Ok(lat_in(s, t, m, Completion::Poll, size)?.median)
-    };
     let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
         let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
         rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
@@ -294,9 +292,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let (ours, theirs, pairs) = alternated(
         || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
         has_ucx.then_some(|| {
-            opt(ucx("posix,self", "tag_lat", 8, n * 5)).map(|f| Lat {
-                median: f.median_us,
-                p99: None,
+            opt(ucx_perftest::latency("posix,self", 8, n * 5)).map(|l| Lat {
+                median: l.median,
+                p99: Some(l.p99),
             })
         }),
     )?;
@@ -310,8 +308,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             Goal::AtMost(1.0),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours.p99, None)
-        .pairs(pairs),
+        .p99(ours.p99, theirs.and_then(|l| l.p99))
+        .pairs(pairs)
+        .note(UCX_WINDOW),
     );
 
     for size in [1_000_000usize, 4_000_000] {
@@ -439,18 +438,20 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             )
             .regimes(POLL, BUSY_PROGRESS),
         );
-        let ours = lat(&mut s, Transport::Tcp, Mode::Reliable, 8)?;
-        let theirs = opt(ucx("tcp", "tag_lat", 8, n).map(|f| f.median_us));
+        let ours = lat_in(&mut s, Transport::Tcp, Mode::Reliable, Completion::Poll, 8)?;
+        let theirs = opt(ucx_perftest::latency("tcp", 8, n));
         rows.push(
             row(
                 "tcp 8 B ping-pong, half round trip",
                 "us",
-                Some(ours),
+                Some(ours.median),
                 "ucx_perftest tag_lat (tcp)",
-                theirs,
+                theirs.map(|l| l.median),
                 Goal::Info,
             )
-            .regimes(POLL, BUSY_PROGRESS),
+            .regimes(POLL, BUSY_PROGRESS)
+            .p99(ours.p99, theirs.map(|l| l.p99))
+            .note(UCX_WINDOW),
         );
     }
 
@@ -499,6 +500,32 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 .pairs(pairs),
             );
         }
+        // What sleeping in `poll` costs over a blocking `recv`, in the
+        // same minute: the floor under the waiting row's ratio.
+        let bare = |how| {
+            sleeps::ping_pong(udp, 64, n, how).map(|l| Lat {
+                median: l.median,
+                p99: Some(l.p99),
+            })
+        };
+        let (polled, blocked, pairs) = alternated(
+            || bare(sleeps::Sleep::Poll),
+            Some(|| opt(bare(sleeps::Sleep::Recv))),
+        )?;
+        rows.push(
+            row(
+                &format!("{t} 64 B ping-pong, bare poll + recv"),
+                "us",
+                Some(polled.median),
+                "bare blocking recv (as sockperf's)",
+                blocked.map(|l| l.median),
+                Goal::Info,
+            )
+            .regimes(WAIT, BLOCKING)
+            .p99(polled.p99, blocked.and_then(|l| l.p99))
+            .pairs(pairs)
+            .note(SLEEP_FLOOR),
+        );
     }
 
     if has_ucx {
@@ -690,9 +717,9 @@ fn ucx_rows(
             })
         },
         Some(|| {
-            opt(ucx_perftest::run(tls, "tag_lat", 8, n)).map(|f| Lat {
-                median: f.median_us,
-                p99: None,
+            opt(ucx_perftest::latency(tls, 8, n)).map(|l| Lat {
+                median: l.median,
+                p99: Some(l.p99),
             })
         }),
     )?;
@@ -706,8 +733,9 @@ fn ucx_rows(
             Goal::AtMost(1.05),
         )
         .regimes(POLL, BUSY_PROGRESS)
-        .p99(ours.p99, None)
-        .pairs(pairs),
+        .p99(ours.p99, theirs.and_then(|l| l.p99))
+        .pairs(pairs)
+        .note(UCX_WINDOW),
     );
     for size in [1_000_000usize, 4_000_000] {
         let mut r =
@@ -742,6 +770,19 @@ UCX registers, and UCX 1.13 has no shared-memory put into registered memory: it 
 the put over active messages, a copy on each side (UCX_PROTO_INFO=y says \"software \
 emulation\"). Unlike, so not judged; macrolink's own shm put is in the rows beside \
 ucx_perftest above.";
+
+/// How ucx_perftest's latency percentiles are had, beside ours.
+const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iterations \
+(TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
+-R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
+
+/// Why the bare ping-pong rows are a floor, not a peer.
+const SLEEP_FLOOR: &str = "two threads of this process in a ping-pong over loopback, \
+no transport of ours in it, each sleeping either in one poll of what our waiting endpoint \
+sleeps on (its inbox's eventfd, its datagram socket, the connection) and then a recv, or, \
+as sockperf's blocking sides do, in a blocking recv on the socket alone. An endpoint that \
+hears more than one descriptor sleeps the first way: a system call more a message on each \
+side, and the ratio is what that costs here, under the waiting row's ratio to sockperf.";
 
 /// Wake-ups timed for the floor under a waiting reader's CPU.
 const WAKES: u64 = 5_000;

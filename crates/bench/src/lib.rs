@@ -43,6 +43,7 @@ pub mod range;
 pub mod report;
 pub mod server;
 pub mod session;
+pub mod sleeps;
 pub mod stats;
 pub mod sweep;
 pub mod wake;

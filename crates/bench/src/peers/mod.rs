@@ -24,6 +24,15 @@ use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A peer's ping-pong latency: half round trips, µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub median: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
 /// An established tool: the program and the Debian package that has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tool {

@@ -5,7 +5,7 @@ use anyhow::Context;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{free_port, output, Server, Tool};
+use super::{free_port, output, Latency, Server, Tool};
 
 /// The tool.
 pub const TOOL: Tool = Tool {
@@ -39,15 +39,6 @@ impl Regime {
             (Regime::BusyPoll, true) => &["--nonblocked", "--mps=max"],
         }
     }
-}
-
-/// A run's latency: half round trips, µs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Latency {
-    /// Median.
-    pub median: f64,
-    /// 99th percentile.
-    pub p99: f64,
 }
 
 /// Ping-pong latency (half round trip) of `size`-byte messages over UDP

@@ -5,7 +5,7 @@ use anyhow::Context;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{free_port, output, Server, Tool};
+use super::{free_port, output, Latency, Server, Tool};
 
 /// The tool.
 pub const TOOL: Tool = Tool {
@@ -13,11 +13,19 @@ pub const TOOL: Tool = Tool {
     package: "ucx-utils",
 };
 
+/// The iterations whose times `ucx_perftest` keeps (`TIMING_QUEUE_SIZE`):
+/// its percentiles are of the last this many, not of the whole run.
+pub const WINDOW: u64 = 2048;
+
 /// What one run measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Figures {
-    /// Median latency, microseconds.
-    pub median_us: f64,
+    /// Latency at the percentile `rank` (the median unless asked
+    /// otherwise), microseconds: of the last [`WINDOW`] iterations.
+    pub latency_us: f64,
+    /// The percentile that `latency_us` is, as its column's name says
+    /// (`None` where the output had no names).
+    pub rank: Option<f64>,
     /// Bandwidth over the whole run, 10^6 bytes per second.
     pub mb_per_s: f64,
     /// The whole run's time as the client timed it, seconds.
@@ -55,15 +63,36 @@ impl Figures {
 /// for `iters` iterations over the UCX transports `tls`, server and client
 /// on loopback, both busy polling.
 pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
-    run_with(tls, test, size, iters, false)
+    run_with(tls, test, size, iters, false, MEDIAN)
 }
+
+/// `tag_lat` of `size`-byte messages for `iters` iterations over `tls`,
+/// both sides busy polling: the median of one run and the 99th percentile
+/// of another (it reports one percentile a run, `-R`), each of its last
+/// [`WINDOW`] iterations.
+pub fn latency(tls: &str, size: usize, iters: u64) -> anyhow::Result<Latency> {
+    let at = |rank: f64| -> anyhow::Result<f64> {
+        let f = run_with(tls, "tag_lat", size, iters, false, rank)?;
+        match f.rank {
+            Some(r) if r == rank => Ok(f.latency_us),
+            r => anyhow::bail!("ucx_perftest -R {rank} reported the percentile {r:?}"),
+        }
+    };
+    Ok(Latency {
+        median: at(MEDIAN)?,
+        p99: at(99.0)?,
+    })
+}
+
+/// `ucx_perftest`'s default percentile.
+const MEDIAN: f64 = 50.0;
 
 /// As [`run`], both sides sleeping after posting their requests (`-E
 /// sleep`): UCX's event-driven mode, beside a waiting endpoint of ours.
 /// The client's CPU time is that of the children of this process that end
 /// during its run: no other may end meanwhile.
 pub fn run_sleeping(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
-    run_with(tls, test, size, iters, true)
+    run_with(tls, test, size, iters, true, MEDIAN)
 }
 
 fn run_with(
@@ -72,6 +101,7 @@ fn run_with(
     size: usize,
     iters: u64,
     sleeping: bool,
+    rank: f64,
 ) -> anyhow::Result<Figures> {
     let extra: &[&str] = if sleeping { &["-E", "sleep"] } else { &[] };
     let port = free_port()?.to_string();
@@ -94,6 +124,8 @@ fn run_with(
                 &iters.to_string(),
                 "-f",
                 "-v",
+                "-R",
+                &rank.to_string(),
             ])
             .args(extra)
             .env("UCX_TLS", tls),
@@ -110,8 +142,8 @@ fn run_with(
     Ok(f)
 }
 
-/// The figures line of `ucx_perftest -f -v`: iterations, median latency,
-/// average latency, overall latency (µs an iteration over the whole run),
+/// The figures line of `ucx_perftest -f -v`: iterations, latency at the
+/// percentile its column names (`50.0_percentile_lat`), average latency, overall latency (µs an iteration over the whole run),
 /// average bandwidth, overall bandwidth (MiB/s), ... Its "average" is of the last report interval only, which
 /// swings by an order of magnitude from run to run over a busy machine's
 /// tcp; the whole run's bandwidth is "overall".
@@ -123,8 +155,13 @@ pub fn parse(out: &str) -> Option<Figures> {
         .split(',')
         .filter_map(|x| x.trim().parse().ok())
         .collect();
+    let rank = out
+        .lines()
+        .find_map(|l| l.split(',').nth(1)?.trim().strip_suffix("_percentile_lat"))
+        .and_then(|r| r.parse().ok());
     Some(Figures {
-        median_us: f[1],
+        latency_us: f[1],
+        rank,
         mb_per_s: f[5] * 1.048_576,
         secs: f[0] * f[3] / 1e6,
         server_cpu: None,
@@ -138,19 +175,33 @@ mod tests {
     fn the_figures_line_is_read() {
         let u = "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n10000,0.141,10221.110,808.816,93.30,1179.10,98,1236\n";
         let f = super::parse(u).unwrap();
-        assert_eq!(f.median_us, 0.141);
+        assert_eq!((f.latency_us, f.rank), (0.141, Some(50.0)));
         assert!(
             (f.mb_per_s - 1179.10 * 1.048_576).abs() < 1e-9,
             "the whole run's"
         );
         assert!((f.secs - 10000.0 * 808.816e-6).abs() < 1e-9);
         assert_eq!(super::parse("a,b\n"), None);
+        // The column says which percentile; without it, none is known.
+        let p99 = u.replace("50.0_percentile", "99.0_percentile");
+        assert_eq!(super::parse(&p99).unwrap().rank, Some(99.0));
+        let bare = u.lines().nth(1).unwrap();
+        assert_eq!(super::parse(bare).unwrap().rank, None);
+    }
+
+    /// UCX's tools are installed wherever the tests run (`.ci/run`).
+    #[test]
+    fn latency_is_the_median_of_one_run_and_the_p99_of_another() {
+        let l = super::latency("posix,self", 8, 2 * super::WINDOW).unwrap();
+        assert!(l.median > 0.0 && l.median.is_finite(), "{l:?}");
+        assert!(l.p99 > 0.0 && l.p99.is_finite(), "{l:?}");
     }
 
     #[test]
     fn each_sides_cpu_during_a_run_leaves_its_start_up_out() {
         let run = |secs: f64, cpu: Option<f64>| super::Figures {
-            median_us: 1.0,
+            latency_us: 1.0,
+            rank: Some(50.0),
             mb_per_s: 1.0,
             secs,
             server_cpu: cpu.map(std::time::Duration::from_secs_f64),

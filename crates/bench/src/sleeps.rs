@@ -1,0 +1,236 @@
+//! What sleeping on more than one descriptor costs a waiting ping-pong on
+//! this machine, with no transport of ours in it.
+//!
+//! ```text
+//!  this thread                                  an echoing thread
+//!   t0 ─► send ─────── loopback (tcp or udp) ─────► sleep, read
+//!   sleep, read ◄──────────────────────────────── send
+//!   (t - t0) / 2: a half round trip
+//! ```
+//!
+//! Both threads sleep one of two ways: in a blocking `recv` on the one
+//! socket, as sockperf's do, or in one `poll` of what a waiting endpoint
+//! of ours sleeps on (its inbox's eventfd, its datagram socket, the
+//! connection) and then a `recv`, a system call more a message each side.
+//! The ratio of the two, in the same minute, is what the second way costs
+//! over the first: a floor under a waiting endpoint's latency beside
+//! sockperf's blocking one.
+
+use anyhow::{bail, Context};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use crate::peers::Latency;
+
+/// How each side waits for the next message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sleep {
+    /// A blocking `recv` on the socket.
+    Recv,
+    /// `poll` of an eventfd, an idle UDP socket and the socket, then a
+    /// `recv` that does not block.
+    Poll,
+}
+
+/// Longest a side waits for one message.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+/// Round trips made before the timed ones.
+const WARM_UP: u64 = 500;
+
+/// The connected pair's one end.
+enum Pipe {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+impl Pipe {
+    /// Two ends connected over loopback.
+    fn pair(udp: bool) -> io::Result<(Pipe, Pipe)> {
+        if udp {
+            let a = UdpSocket::bind("127.0.0.1:0")?;
+            let b = UdpSocket::bind("127.0.0.1:0")?;
+            a.connect(b.local_addr()?)?;
+            b.connect(a.local_addr()?)?;
+            return Ok((Pipe::Udp(a), Pipe::Udp(b)));
+        }
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let a = TcpStream::connect(l.local_addr()?)?;
+        let (b, _) = l.accept()?;
+        a.set_nodelay(true)?;
+        b.set_nodelay(true)?;
+        Ok((Pipe::Tcp(a), Pipe::Tcp(b)))
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Pipe::Tcp(s) => s.as_fd(),
+            Pipe::Udp(s) => s.as_fd(),
+        }
+    }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Pipe::Tcp(s) => s.set_nonblocking(on),
+            Pipe::Udp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    fn set_read_timeout(&self, t: Duration) -> io::Result<()> {
+        match self {
+            Pipe::Tcp(s) => s.set_read_timeout(Some(t)),
+            Pipe::Udp(s) => s.set_read_timeout(Some(t)),
+        }
+    }
+
+    /// Reads what is there, up to `buf`'s length: a datagram, or a TCP
+    /// stream's next bytes (0: the other end closed).
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Pipe::Tcp(s) => s.read(buf),
+            Pipe::Udp(s) => s.recv(buf),
+        }
+    }
+
+    fn send(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Pipe::Tcp(s) => s.write_all(buf),
+            Pipe::Udp(s) => s.send(buf).map(drop),
+        }
+    }
+}
+
+/// One side: its end of the pair and, when it polls, the descriptors it
+/// polls beside it.
+struct Side {
+    pipe: Pipe,
+    sleep: Sleep,
+    /// An eventfd nobody bumps and a UDP socket nobody sends to, as a
+    /// waiting endpoint's inbox wake-up and datagram socket are between
+    /// the messages of a connection.
+    idle: (OwnedFd, UdpSocket),
+}
+
+impl Side {
+    fn new(pipe: Pipe, sleep: Sleep) -> anyhow::Result<Side> {
+        pipe.set_nonblocking(sleep == Sleep::Poll)?;
+        pipe.set_read_timeout(PATIENCE)?;
+        let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        Ok(Side {
+            pipe,
+            sleep,
+            idle: (efd, UdpSocket::bind("127.0.0.1:0")?),
+        })
+    }
+
+    /// Waits for the next message of `buf.len()` bytes and reads it.
+    fn take(&mut self, buf: &mut [u8]) -> anyhow::Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.pipe.recv(&mut buf[got..]) {
+                Ok(0) => bail!("the other side closed"),
+                Ok(n) if matches!(self.pipe, Pipe::Udp(_)) && n != buf.len() => {
+                    bail!("a datagram of {n} bytes, not {}", buf.len())
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.sleep == Sleep::Poll => {
+                    self.nap()?
+                }
+                Err(e) => return Err(e).context("no message in time"),
+            }
+        }
+        Ok(())
+    }
+
+    /// One `poll` of the three descriptors, until the pipe's has something.
+    fn nap(&self) -> anyhow::Result<()> {
+        let mut fds = [
+            PollFd::new(&self.idle.0, PollFlags::IN),
+            PollFd::new(&self.idle.1, PollFlags::IN),
+            PollFd::from_borrowed_fd(self.pipe.fd(), PollFlags::IN),
+        ];
+        let t = Timespec::try_from(PATIENCE)?;
+        if poll(&mut fds, Some(&t))? == 0 {
+            bail!("no message in {PATIENCE:?}");
+        }
+        Ok(())
+    }
+}
+
+/// `iters` timed round trips of `size`-byte messages over loopback TCP
+/// (or UDP), both sides sleeping as `sleep` says; their half round trips'
+/// median and 99th percentile, µs.
+pub fn ping_pong(udp: bool, size: usize, iters: u64, sleep: Sleep) -> anyhow::Result<Latency> {
+    if size == 0 || iters == 0 {
+        bail!("a ping-pong needs a message of some bytes and an iteration");
+    }
+    let (a, b) = Pipe::pair(udp)?;
+    let mut me = Side::new(a, sleep)?;
+    let mut echo = Side::new(b, sleep)?;
+    let total = WARM_UP + iters;
+    let mut half = Vec::with_capacity(iters as usize);
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let echoing = s.spawn(move || -> anyhow::Result<()> {
+            let mut buf = vec![0u8; size];
+            for _ in 0..total {
+                echo.take(&mut buf)?;
+                echo.pipe.send(&buf)?;
+            }
+            Ok(())
+        });
+        let mut buf = vec![1u8; size];
+        let mine = (|| -> anyhow::Result<()> {
+            for i in 0..total {
+                let t0 = Instant::now();
+                me.pipe.send(&buf)?;
+                me.take(&mut buf)?;
+                if i >= WARM_UP {
+                    half.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                }
+            }
+            Ok(())
+        })();
+        // On a failure here the echoing side gives up within PATIENCE.
+        let theirs = echoing
+            .join()
+            .map_err(|_| anyhow::anyhow!("the echoing thread panicked"))?;
+        mine.and(theirs)
+    })?;
+    half.sort_by(f64::total_cmp);
+    let at = |q: f64| half[((half.len() - 1) as f64 * q).round() as usize];
+    Ok(Latency {
+        median: at(0.5),
+        p99: at(0.99),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_sleeps_time_every_round_trip_over_both_protocols() {
+        for udp in [false, true] {
+            for sleep in [Sleep::Recv, Sleep::Poll] {
+                let l = ping_pong(udp, 64, 200, sleep).unwrap();
+                assert!(
+                    l.median > 0.0 && l.median.is_finite(),
+                    "{udp} {sleep:?}: {l:?}"
+                );
+                assert!(
+                    l.p99 >= l.median && l.p99.is_finite(),
+                    "{udp} {sleep:?}: {l:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_to_send_is_refused() {
+        assert!(ping_pong(false, 0, 10, Sleep::Recv).is_err());
+        assert!(ping_pong(true, 64, 0, Sleep::Poll).is_err());
+    }
+}
