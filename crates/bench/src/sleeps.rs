@@ -59,7 +59,25 @@ impl Pipe {
         }
         let l = TcpListener::bind("127.0.0.1:0")?;
         let a = TcpStream::connect(l.local_addr()?)?;
-        let (b, _) = l.accept()?;
+        // Another local process may connect first: only `a` is taken,
+        // within PATIENCE.
+        l.set_nonblocking(true)?;
+        let until = Instant::now() + PATIENCE;
+        let b = loop {
+            match l.accept() {
+                Ok((b, from)) if from == a.local_addr()? => break b,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= until {
+                        let why = "our own connection was not accepted in time";
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+                    }
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        b.set_nonblocking(false)?;
         a.set_nodelay(true)?;
         b.set_nodelay(true)?;
         Ok((Pipe::Tcp(a), Pipe::Tcp(b)))
