@@ -217,12 +217,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     eprintln!("shm latency ...");
     let (ours, theirs, pairs) = alternated(
         || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
-        has_ucx.then_some(|| {
-            opt(ucx_perftest::latency("posix,self", 8, n * 5)).map(|l| Lat {
-                median: l.median,
-                p99: Some(l.p99),
-            })
-        }),
+        has_ucx.then_some(|| opt(ucx_perftest::latency("posix,self", 8, n * 5)).map(Lat::from)),
     )?;
     rows.push(
         row(
@@ -402,10 +397,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             let (ours, theirs, pairs) = alternated(
                 || lat_in(&mut s, t, m, c, 64),
                 has_sockperf.then_some(|| {
-                    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(|l| Lat {
-                        median: l.median,
-                        p99: Some(l.p99),
-                    })
+                    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(Lat::from)
                 }),
             )?;
             let proto = if udp { "udp" } else { "--tcp" };
@@ -425,12 +417,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         }
         // What sleeping in `poll` costs over a blocking `recv`, in the
         // same minute: the floor under the waiting row's ratio.
-        let bare = |how| {
-            sleeps::ping_pong(udp, 64, n, how).map(|l| Lat {
-                median: l.median,
-                p99: Some(l.p99),
-            })
-        };
+        let bare = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
         let (polled, blocked, pairs) = alternated(
             || bare(sleeps::Sleep::Poll),
             Some(|| opt(bare(sleeps::Sleep::Recv))),
@@ -639,12 +626,7 @@ fn ucx_rows(
                 p99: Some(u.p99),
             })
         },
-        Some(|| {
-            opt(ucx_perftest::latency(tls, 8, n)).map(|l| Lat {
-                median: l.median,
-                p99: Some(l.p99),
-            })
-        }),
+        Some(|| opt(ucx_perftest::latency(tls, 8, n)).map(Lat::from)),
     )?;
     rows.push(
         row(

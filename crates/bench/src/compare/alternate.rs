@@ -19,6 +19,15 @@ pub(super) struct Lat {
     pub(super) p99: Option<f64>,
 }
 
+impl From<crate::peers::Latency> for Lat {
+    fn from(l: crate::peers::Latency) -> Lat {
+        Lat {
+            median: l.median,
+            p99: Some(l.p99),
+        }
+    }
+}
+
 /// The median of `v` (of the two middle ones, their mean); `None` when
 /// empty.
 pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
