@@ -19,7 +19,7 @@
 use anyhow::{bail, Context};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -59,24 +59,7 @@ impl Pipe {
         }
         let l = TcpListener::bind("127.0.0.1:0")?;
         let a = TcpStream::connect(l.local_addr()?)?;
-        // Another local process may connect first: only `a` is taken,
-        // within PATIENCE.
-        l.set_nonblocking(true)?;
-        let until = Instant::now() + PATIENCE;
-        let b = loop {
-            match l.accept() {
-                Ok((b, from)) if from == a.local_addr()? => break b,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= until {
-                        let why = "our own connection was not accepted in time";
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, why));
-                    }
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let b = accept_own(&l, a.local_addr()?, PATIENCE)?;
         b.set_nonblocking(false)?;
         a.set_nodelay(true)?;
         b.set_nodelay(true)?;
@@ -117,6 +100,28 @@ impl Pipe {
         match self {
             Pipe::Tcp(s) => s.write_all(buf),
             Pipe::Udp(s) => s.send(buf).map(drop),
+        }
+    }
+}
+
+/// The connection from `own` on `l`, within `patience`: another local
+/// process may connect first, and what it connects is closed at once (no
+/// stranger is kept waiting or read from).
+fn accept_own(l: &TcpListener, own: SocketAddr, patience: Duration) -> io::Result<TcpStream> {
+    l.set_nonblocking(true)?;
+    let until = Instant::now() + patience;
+    loop {
+        match l.accept() {
+            Ok((b, from)) if from == own => return Ok(b),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= until {
+                    let why = "our own connection was not accepted in time";
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+                }
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -244,6 +249,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_stranger_connecting_first_is_turned_away_and_none_is_waited_for_past_patience() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut strangers: Vec<_> = (0..3)
+            .map(|_| TcpStream::connect(l.local_addr().unwrap()).unwrap())
+            .collect();
+        let own = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let b = accept_own(&l, own.local_addr().unwrap(), PATIENCE).unwrap();
+        assert_eq!(b.peer_addr().unwrap(), own.local_addr().unwrap());
+        // The strangers' connections were closed, not kept.
+        for s in &mut strangers {
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            match s.read(&mut [0u8; 8]) {
+                Ok(0) => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+                r => panic!("a stranger's connection was kept: {r:?}"),
+            }
+        }
+        // A stranger alone: an error once the patience is spent.
+        let _stranger = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let t0 = Instant::now();
+        let gone = "127.0.0.1:9".parse().unwrap();
+        let e = accept_own(&l, gone, Duration::from_millis(100)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() < PATIENCE, "{:?}", t0.elapsed());
     }
 
     #[test]
