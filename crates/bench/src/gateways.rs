@@ -674,13 +674,23 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
          what the links carry, not a like-for-like copy."
     );
     let files = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let pages = if crate::balloon::reports_free_pages() {
+        "this machine's balloon device reports free memory to its host (virtio-balloon free \
+         page reporting): the host takes freed pages back within seconds, and the first write \
+         to each new page-cache page waits for the host to fault it in, at a pace that moves \
+         from minute to minute; a copy through the page cache pays the same, so it may run \
+         somewhat below or above this one write"
+    } else {
+        "a copy through the page cache runs at most about this fast"
+    };
     println!(
-        "cp's files live in {} ({}); fs write: the same bytes written from memory to a file \
-         beside them in 1 MiB writes, after the copies, what that file system takes with no \
-         network (cp cannot beat it; --dir puts the files elsewhere); each copy and that write \
-         start after a sync, with the file system idle; --direct: written past the page cache \
-         (O_DIRECT), by the server up, by cp down; /dev/null: the download into nothing, what \
-         the lane and cp carry with no file system on the client.",
+        "cp's files live in {} ({}); fs write: the same bytes written from memory to a new file \
+         beside them in 1 MiB writes by one thread, after the copies, with no network: what the \
+         file system and the machine's supply of new pages give one writer; {pages} (--dir puts \
+         the files elsewhere); each copy and that write start after a sync, with the file \
+         system idle; --direct: written past the page cache (O_DIRECT), by the server up, by cp \
+         down; /dev/null: the download into nothing, what the lane and cp carry with no file \
+         system on the client.",
         files.display(),
         fs_type(&files)
     );

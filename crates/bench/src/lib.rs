@@ -26,6 +26,7 @@
 //! busy one, in one process; [`wake`] what waking a sleeping thread costs
 //! it, the floor under a waiting reader's CPU.
 
+pub mod balloon;
 pub mod client;
 pub mod clock;
 pub mod compare;
