@@ -131,7 +131,8 @@ fn best_of_rounds(
 /// Starts `macrolink serve` (the binary `exe`) exporting `root`.
 fn start_serve(exe: &Path, root: &Path, secret: &str) -> anyhow::Result<Peer> {
     let mut c = Command::new(exe);
-    c.args(["serve", "--listen", "127.0.0.1:0"])
+    // Every page of an upload kept cached, as xrootd and cp keep theirs.
+    c.args(["serve", "--cache", "--listen", "127.0.0.1:0"])
         .arg(root)
         .env("MACROLINK_SECRET", secret);
     Peer::spawn_cmd(c)
@@ -179,7 +180,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     }
     let ml = |args: &[&str]| {
         let mut c = Command::new(exe);
-        c.args(["cp", "-q", "--streams", &a.streams.to_string()])
+        // Every page of a download kept cached, as xrdcp and cp keep
+        // theirs: the same writes as the peers'.
+        c.args(["cp", "-q", "--cache", "--streams", &a.streams.to_string()])
             .args(args)
             .env("MACROLINK_SECRET", &secret);
         if a.no_shm {
@@ -272,7 +275,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     print!("{}", table(&rows, !a.no_shm));
     println!(
         "{} bytes, best of {runs} rounds, each running every whole command once in turn; page cache warm; \
-         macrolink cp and xrdcp each with {} data streams; macrolink over {}",
+         macrolink cp and xrdcp each with {} data streams; every written page kept cached by all \
+         three (macrolink cp --cache and serve --cache, as xrdcp and cp write); macrolink over {}",
         a.size,
         a.streams,
         if a.no_shm { "TCP" } else { "shared memory" }

@@ -72,6 +72,10 @@ pub struct Row {
     pub ratio_cp_up_direct: f64,
     /// cp down / (N x the one-gateway striped figure).
     pub ratio_cp_down: f64,
+    /// `macrolink cp --cache` down: every page kept cached, MB/s.
+    pub cp_down_cached: f64,
+    /// cp down keeping every page / (N x the one-gateway striped figure).
+    pub ratio_cp_down_cached: f64,
     /// `macrolink cp --direct` down: past the page cache, MB/s.
     pub cp_down_direct: f64,
     /// cp down with direct I/O / (N x the one-gateway striped figure).
@@ -81,8 +85,12 @@ pub struct Row {
     /// cp down to `/dev/null` / (N x the one-gateway striped figure).
     pub ratio_cp_down_null: f64,
     /// The same bytes written to a file beside cp's, from memory in 1 MiB
-    /// writes, after the copies: what the file system takes alone, MB/s.
+    /// writes, after the copies: what the file system takes alone through
+    /// the page cache, MB/s.
     pub fs_write: f64,
+    /// The same, written as cp writes by default (uncached past the
+    /// file's head), MB/s.
+    pub fs_write_uncached: f64,
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -290,6 +298,8 @@ pub struct LaneCopy {
     pub up_direct: f64,
     /// Download, MB/s.
     pub down: f64,
+    /// The same download with every page kept cached (`cp --cache`), MB/s.
+    pub down_cached: f64,
     /// The same download written past the page cache (`cp --direct`),
     /// MB/s.
     pub down_direct: f64,
@@ -297,24 +307,31 @@ pub struct LaneCopy {
     /// system, MB/s.
     pub down_null: f64,
     /// Chunks each gateway carried (by node): up, up with direct I/O,
-    /// down, down with direct I/O, down to `/dev/null`.
-    pub carried: [Vec<(u32, u64)>; 5],
+    /// down, down keeping every page cached, down with direct I/O, down to
+    /// `/dev/null`.
+    pub carried: [Vec<(u32, u64)>; 6],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
     /// writes, after the copies (each of them and this run after a sync),
-    /// MB/s.
+    /// through the page cache, MB/s.
     pub fs_write: f64,
+    /// The same, written as cp writes by default (uncached past the
+    /// file's head), MB/s.
+    pub fs_write_uncached: f64,
 }
 
 /// Writes `data` to a new file `path` in 1 MiB writes (as cp's receiver
-/// does, without a sync); MB/s.
-fn write_rate(path: &Path, data: &[u8]) -> anyhow::Result<f64> {
-    use std::io::Write;
+/// does, without a sync), through the page cache or, with `uncached`, as
+/// cp writes by default; MB/s.
+fn write_rate(path: &Path, data: &[u8], uncached: bool) -> anyhow::Result<f64> {
+    use macrolink_files::data::Sink;
     let t = std::time::Instant::now();
-    let mut f = std::fs::File::create(path)?;
-    for c in data.chunks(1 << 20) {
-        f.write_all(c)?;
+    let f = std::fs::File::create(path)?;
+    let u = macrolink_files::uncached::Uncached::new(&f);
+    let sink: &dyn Sink = if uncached { &u } else { &f };
+    for (i, c) in data.chunks(1 << 20).enumerate() {
+        sink.write_at(c, (i << 20) as u64)?;
     }
     drop(f);
     Ok(data.len() as f64 / t.elapsed().as_secs_f64() / 1e6)
@@ -428,6 +445,7 @@ pub fn files_through(
     let src = dir.path().join("src");
     std::fs::write(&src, &data)?;
     let back = dir.path().join("back");
+    let cached = dir.path().join("cached");
     let direct = dir.path().join("direct");
     let links = || -> anyhow::Result<Vec<u64>> {
         (0..n)
@@ -436,27 +454,21 @@ pub fn files_through(
     };
     let mut out = LaneCopy::default();
     let before = links()?;
-    let copies = [
+    let f = "ml://store0/f".to_string();
+    let copies: [(String, String, Option<&str>); 6] = [
+        (src.display().to_string(), f.clone(), None),
         (
             src.display().to_string(),
-            "ml://store0/f".to_string(),
-            false,
+            "ml://store0/g".to_string(),
+            Some("--direct"),
         ),
-        (src.display().to_string(), "ml://store0/g".to_string(), true),
-        (
-            "ml://store0/f".to_string(),
-            back.display().to_string(),
-            false,
-        ),
-        (
-            "ml://store0/f".to_string(),
-            direct.display().to_string(),
-            true,
-        ),
-        ("ml://store0/f".to_string(), "/dev/null".to_string(), false),
+        (f.clone(), back.display().to_string(), None),
+        (f.clone(), cached.display().to_string(), Some("--cache")),
+        (f.clone(), direct.display().to_string(), Some("--direct")),
+        (f, "/dev/null".to_string(), None),
     ];
-    let mut rates = [0.0; 5];
-    for (k, (from, to, past_cache)) in copies.into_iter().enumerate() {
+    let mut rates = [0.0; 6];
+    for (k, (from, to, how)) in copies.into_iter().enumerate() {
         // Each copy starts with the file system idle: the one before it
         // written back first (else a copy past the page cache waited on
         // its predecessor's write-back: 0.88-0.92 of four links, against
@@ -466,7 +478,7 @@ pub fn files_through(
             .args(["netns", "exec", &tb.compute()])
             .arg(exe)
             .args(["cp", &from, &to])
-            .args(past_cache.then_some("--direct"))
+            .args(how)
             .arg("--cluster")
             .arg(&cluster)
             .arg("--shm-dir")
@@ -488,14 +500,18 @@ pub fn files_through(
         out.up,
         out.up_direct,
         out.down,
+        out.down_cached,
         out.down_direct,
         out.down_null,
     ] = rates;
     rustix::fs::sync();
-    out.fs_write = write_rate(&dir.path().join("local"), &data)?;
+    out.fs_write = write_rate(&dir.path().join("local"), &data, false)?;
+    rustix::fs::sync();
+    out.fs_write_uncached = write_rate(&dir.path().join("local-uncached"), &data, true)?;
     if std::fs::read(export.join("f"))? != data
         || std::fs::read(export.join("g"))? != data
         || std::fs::read(&back)? != data
+        || std::fs::read(&cached)? != data
         || std::fs::read(&direct)? != data
     {
         bail!("a copy through the lane differs from its source");
@@ -507,7 +523,7 @@ pub fn files_through(
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 10] = [
+    let picks: [(&str, Pick); 11] = [
         ("N x one gateway", |_| None),
         ("macrolink, one striped transfer", |r| Some(r.macrolink)),
         ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
@@ -516,6 +532,7 @@ fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
         ("macrolink cp up", |r| Some(r.cp_up)),
         ("macrolink cp --direct up", |r| Some(r.cp_up_direct)),
         ("macrolink cp down", |r| Some(r.cp_down)),
+        ("macrolink cp --cache down", |r| Some(r.cp_down_cached)),
         ("macrolink cp --direct down", |r| Some(r.cp_down_direct)),
         ("macrolink cp down into /dev/null", |r| Some(r.cp_down_null)),
     ];
@@ -613,11 +630,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_up_direct: cp.up_direct,
             ratio_cp_up_direct: cp.up_direct / (n as f64 * one),
             ratio_cp_down: cp.down / (n as f64 * one),
+            cp_down_cached: cp.down_cached,
+            ratio_cp_down_cached: cp.down_cached / (n as f64 * one),
             cp_down_direct: cp.down_direct,
             ratio_cp_down_direct: cp.down_direct / (n as f64 * one),
             cp_down_null: cp.down_null,
             ratio_cp_down_null: cp.down_null / (n as f64 * one),
             fs_write: cp.fs_write,
+            fs_write_uncached: cp.fs_write_uncached,
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -649,20 +669,30 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
     println!(
-        "{:>8} {:>16} {:>16} {:>16} {:>16} {:>16} {:>9}",
-        "gateways", "up", "up --direct", "down", "down --direct", "down /dev/null", "fs write"
+        "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9} {:>9}",
+        "gateways",
+        "up",
+        "up --direct",
+        "down",
+        "down --cache",
+        "down --direct",
+        "down /dev/null",
+        "fs write",
+        "uncached"
     );
     for r in &rows {
         let c = |mbs: f64, ratio: f64| format!("{mbs:.1} {ratio:.2}");
         println!(
-            "{:>8} {:>16} {:>16} {:>16} {:>16} {:>16} {:>9.1}",
+            "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9.1} {:>9.1}",
             r.gateways,
             c(r.cp_up, r.ratio_cp_up),
             c(r.cp_up_direct, r.ratio_cp_up_direct),
             c(r.cp_down, r.ratio_cp_down),
+            c(r.cp_down_cached, r.ratio_cp_down_cached),
             c(r.cp_down_direct, r.ratio_cp_down_direct),
             c(r.cp_down_null, r.ratio_cp_down_null),
             r.fs_write,
+            r.fs_write_uncached,
         );
     }
     println!(
@@ -678,21 +708,26 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "this machine's balloon device reports free memory to its host (virtio-balloon free \
          page reporting): the host takes freed pages back within seconds, and the first write \
          to each new page-cache page waits for the host to fault it in, at a pace that moves \
-         from minute to minute; a copy through the page cache pays the same, so it may run \
+         from minute to minute; a copy that keeps its pages cached pays the same, so it may run \
          somewhat below or above this one write"
     } else {
-        "a copy through the page cache runs at most about this fast"
+        "a copy that keeps its pages cached runs at most about this fast"
     };
     println!(
-        "cp's files live in {} ({}); fs write: the same bytes written from memory to a new file \
-         beside them in 1 MiB writes by one thread, after the copies, with no network: what the \
-         file system and the machine's supply of new pages give one writer; {pages} (--dir puts \
-         the files elsewhere); each copy and that write start after a sync, with the file \
-         system idle; --direct: written past the page cache (O_DIRECT), by the server up, by cp \
-         down; /dev/null: the download into nothing, what the lane and cp carry with no file \
-         system on the client.",
+        "cp's files live in {} ({}); up and down: as cp and the server write by default, the \
+         first {} MiB of a file through the page cache and the rest uncached (RWF_DONTCACHE: \
+         written back at once and its pages freed, so that they serve again); --cache: every \
+         page kept cached, as an ordinary write; --direct: written past the page cache \
+         (O_DIRECT), by the server up, by cp down; /dev/null: the download into nothing, what \
+         the lane and cp carry with no file system on the client. fs write: the same bytes \
+         written from memory to a new file beside them in 1 MiB writes by one thread, after the \
+         copies, with no network, through the page cache: what the file system and the \
+         machine's supply of new pages give one writer; {pages}; uncached: the same, written as \
+         cp writes by default (--dir puts the files elsewhere). Each copy and each write start \
+         after a sync, with the file system idle.",
         files.display(),
-        fs_type(&files)
+        fs_type(&files),
+        macrolink_files::uncached::HEAD >> 20,
     );
     eprintln!("bonding ...");
     println!(

@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// Refuse every write.
     #[arg(long)]
     read_only: bool,
+    /// Keep every page of an uploaded file in the page cache. By default
+    /// the bytes past a file's first 64 MiB are written uncached
+    /// (RWF_DONTCACHE, Linux 6.14), as `cp` writes a download.
+    #[arg(long)]
+    cache: bool,
     /// Connections in all.
     #[arg(long, default_value_t = Limits::default().connections)]
     max_connections: usize,
@@ -121,6 +126,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         excluded,
         meter: meter.clone(),
         ucx: a.ucx.options(),
+        cache: a.cache,
     })?;
     a.metrics.serve("macrolink_files", |r| meter.register(r))?;
     if a.sink {
@@ -218,6 +224,14 @@ pub struct CpArgs {
     /// a warning (in the server's log for an upload).
     #[arg(long)]
     direct: bool,
+    /// Keep every page of a downloaded file in the page cache, as an
+    /// ordinary write does. By default the bytes past a file's first 64
+    /// MiB are written uncached (RWF_DONTCACHE, Linux 6.14): written back
+    /// at once and their pages freed, so a large copy neither waits for
+    /// fresh pages nor evicts what else the host keeps cached. Where the
+    /// kernel or file system lacks it, every write is an ordinary one.
+    #[arg(long, conflicts_with = "direct")]
+    cache: bool,
     /// Skip the end-to-end checksum (no chunk is hashed on either side).
     #[arg(long)]
     no_verify: bool,
@@ -264,6 +278,7 @@ pub fn cp(a: CpArgs) -> Result<(), Error> {
         resume: a.resume,
         sync: a.sync,
         direct: a.direct,
+        cache: a.cache,
         recursive: a.recursive,
         limit_rate: a.limit_rate,
         verify: !a.no_verify,

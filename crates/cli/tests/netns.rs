@@ -274,6 +274,11 @@ fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
     assert!(r.fs_write > 0.0, "the file system's own rate: {r:?}");
     assert!(r.down_null > 0.0, "the download into /dev/null: {r:?}");
     assert!(r.down_direct > 0.0, "the download with direct I/O: {r:?}");
+    assert!(r.down_cached > 0.0, "the download keeping its pages: {r:?}");
+    assert!(
+        r.fs_write_uncached > 0.0,
+        "the file system's uncached rate: {r:?}"
+    );
     assert!(r.up_direct > 0.0, "the upload with direct I/O: {r:?}");
     for per in &r.carried {
         let nodes: Vec<u32> = per.iter().map(|(g, _)| *g).collect();

@@ -13,12 +13,12 @@ use std::time::Instant;
 use crate::auth::Secret;
 use crate::client::{Client, ClientOptions};
 use crate::confine::partial_name;
-use crate::data::{self, Sink};
-use crate::direct::DirectFile;
+use crate::data;
 use crate::error::{Error, Result};
 use crate::proto::{Code, Kind, Landing, Shape};
 use crate::stripe;
 use crate::sums;
+use crate::uncached::Writes;
 
 /// Contact port of a server when a URL names none.
 pub const DEFAULT_PORT: u16 = 7130;
@@ -103,6 +103,12 @@ pub struct CopyOptions {
     /// Write files past the page cache (`O_DIRECT`, see
     /// [`direct`](crate::direct)): downloads here, uploads on the server.
     pub direct: bool,
+    /// Keep every page of a received file in the page cache, as the
+    /// kernel's own writes do; else the bytes past the first
+    /// [`uncached::HEAD`](crate::uncached::HEAD) are written uncached (see
+    /// [`uncached`](crate::uncached)): downloads here, uploads on the
+    /// server as it is set.
+    pub cache: bool,
     /// Copy directories with everything in them.
     pub recursive: bool,
     /// Bytes per second a file's streams may move together, if limited.
@@ -122,6 +128,7 @@ impl Default for CopyOptions {
             resume: false,
             sync: false,
             direct: false,
+            cache: false,
             recursive: false,
             limit_rate: None,
             verify: true,
@@ -338,13 +345,8 @@ impl Copier {
         } else {
             claim_local(&part, start > 0)?
         };
-        let direct = (opts.direct && !device)
-            .then(|| DirectFile::wanted(&file, &to.display()))
-            .flatten();
-        let sink: &dyn Sink = match &direct {
-            Some(d) => d,
-            None => &file,
-        };
+        let writes = Writes::choose(&file, opts.direct, opts.cache, device, &to.display());
+        let sink = writes.sink();
         let shape = self.shape(start, u64::MAX - start);
         let shared = data::Shared::counting(progress.done.clone(), opts.limit_rate)
             .skipping_digests(!opts.verify);

@@ -15,7 +15,8 @@
 //!
 //! [`proto`], [`auth`], [`confine`], [`credit`] and [`sums`] are pure; [`data`] runs one
 //! transfer's streams; [`server`] and [`client`] hold the sockets; [`copy`]
-//! is what `macrolink cp` does with them.
+//! is what `macrolink cp` does with them; [`direct`] and [`uncached`] are
+//! the ways a received file is written besides the page cache's own.
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +38,7 @@ pub mod server;
 pub mod setup;
 pub mod stripe;
 pub mod sums;
+pub mod uncached;
 mod wire_io;
 
 pub use client::{Client, ClientOptions, Moved};

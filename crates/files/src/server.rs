@@ -96,6 +96,10 @@ pub struct ServeConfig {
     /// UCX on the server's node: clients that speak it too move file data
     /// over it.
     pub ucx: Option<macrolink_fabric::UcxOptions>,
+    /// Keep every page of an uploaded file in the page cache; else the
+    /// bytes past the first [`HEAD`](crate::uncached::HEAD) are written
+    /// uncached (see [`uncached`](crate::uncached)).
+    pub cache: bool,
 }
 
 impl ServeConfig {
@@ -127,6 +131,7 @@ impl ServeConfig {
             excluded: None,
             meter: crate::meter::Meter::default(),
             ucx: None,
+            cache: false,
         })
     }
 }
@@ -151,6 +156,8 @@ struct Shared {
     meter: crate::meter::Meter,
     /// The node speaks UCX.
     ucx: bool,
+    /// Uploads keep every page cached.
+    cache: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -302,6 +309,7 @@ impl Server {
                 excluded: cfg.excluded,
                 meter: cfg.meter,
                 ucx,
+                cache: cfg.cache,
             }),
         })
     }

@@ -3,9 +3,12 @@
 use macrolink_fabric::{Transport, UcxOptions};
 use macrolink_files::auth::Secret;
 use macrolink_files::copy::{Copier, CopyOptions, Location};
+use macrolink_files::data::Sink;
 use macrolink_files::proto::{self, Code, Kind, Reply, Request};
+use macrolink_files::uncached::Uncached;
 use macrolink_files::{exit, Client, ClientOptions, Error, Limits, ServeConfig, Server};
 use macrolink_testbed::data::pattern;
+use macrolink_testbed::pages::{cached_bytes, cached_bytes_within};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -57,6 +60,10 @@ fn serve(read_only: bool, limits: Limits) -> Fixture {
 }
 
 fn serve_with(read_only: bool, limits: Limits, ucx: Option<UcxOptions>) -> Fixture {
+    serve_config(read_only, limits, ucx, false)
+}
+
+fn serve_config(read_only: bool, limits: Limits, ucx: Option<UcxOptions>, cache: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     for d in ["export", "local", "shm"] {
         std::fs::create_dir(dir.path().join(d)).unwrap();
@@ -72,6 +79,7 @@ fn serve_with(read_only: bool, limits: Limits, ucx: Option<UcxOptions>) -> Fixtu
         excluded: None,
         meter: Default::default(),
         ucx,
+        cache,
     })
     .unwrap();
     let addr = server.local_addr().unwrap().to_string();
@@ -237,6 +245,72 @@ fn copies_written_past_the_page_cache_are_whole_both_ways() {
         );
     }
     no_partials(f.dir.path());
+}
+
+/// Whether files in `dir` can be written uncached (the kernel and the file
+/// system take `RWF_DONTCACHE`).
+fn uncached_here(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    let file = std::fs::File::create(&probe).unwrap();
+    let w = Uncached::from(&file, 0);
+    w.write_at(&[1; 4096], 0).unwrap();
+    std::fs::remove_file(probe).unwrap();
+    !w.refused()
+}
+
+#[test]
+fn large_copies_keep_only_their_head_cached_unless_told_to_keep_it_all() {
+    const HEAD: u64 = macrolink_files::uncached::HEAD;
+    let data = pattern(HEAD as usize + (32 << 20) + 4321, 21);
+    let len = data.len() as u64;
+    // The head and a tenth of the rest may stay: the last pages written
+    // back may not yet be freed.
+    let at_most = HEAD + (len - HEAD) / 10;
+    let patience = std::time::Duration::from_secs(5);
+    for keep in [false, true] {
+        let f = serve_config(false, Limits::default(), None, keep);
+        let src = f.local().join("big");
+        std::fs::write(&src, &data).unwrap();
+        let mut opts = f.options(Transport::Shm);
+        (opts.streams, opts.cache) = (2, keep);
+        let mut c = Copier::new(Secret::new(SECRET).unwrap(), opts);
+        let uncached = !keep && uncached_here(f.dir.path());
+        // What each copy left cached, once written back (so that what is
+        // cached is what stays), before anything reads it: the download
+        // reads the upload, and reading caches.
+        let left = |what: &str, p: &Path| {
+            std::fs::File::open(p).unwrap().sync_all().unwrap();
+            if uncached {
+                let kept = cached_bytes_within(p, at_most, patience).unwrap();
+                assert!(
+                    kept >= HEAD,
+                    "{what}: {kept} bytes cached, fewer than the head"
+                );
+                assert!(
+                    kept <= at_most,
+                    "{what}: {kept} of {len} bytes still cached"
+                );
+            } else {
+                // The page cache's own writes (asked for, or the only
+                // ones here): the whole file.
+                let kept = cached_bytes(p).unwrap();
+                assert_eq!(kept, len.div_ceil(4096) * 4096, "{what} (keep {keep})");
+            }
+        };
+        c.copy(&Location::Local(src), &f.url("big")).unwrap();
+        let up = f.root().join("big");
+        left("the server", &up);
+        let back = f.local().join("big.back");
+        c.copy(&f.url("big"), &Location::Local(back.clone()))
+            .unwrap();
+        left("the client", &back);
+        assert!(std::fs::read(&up).unwrap() == data, "the upload differs");
+        assert!(
+            std::fs::read(&back).unwrap() == data,
+            "the download differs"
+        );
+        no_partials(f.dir.path());
+    }
 }
 
 #[test]

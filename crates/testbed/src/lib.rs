@@ -3,8 +3,9 @@
 //! ([`netns`]), child processes that say where they listen on a ready line
 //! ([`ready`], [`peer`]), repeatable test data ([`data`]), and the rule for
 //! tests that need root or namespaces ([`require`]), a cluster file for
-//! one host per process ([`site`]), and what a run made, undone also when
-//! a signal stops it ([`undo`]).
+//! one host per process ([`site`]), what a run made, undone also when
+//! a signal stops it ([`undo`]), and how much of a file is cached
+//! ([`pages`]).
 //!
 //! ```text
 //!   test / bench ──spawn──► macrolink ROLE (echo, gateway, sink, serve, ...)
@@ -20,6 +21,7 @@
 
 pub mod data;
 pub mod netns;
+pub mod pages;
 pub mod peer;
 pub mod ready;
 pub mod refusing;

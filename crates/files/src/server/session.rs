@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::thread;
 
 use super::{OpenFile, Shared};
-use crate::data::{self, gather, join, DataError, Receiver, Sender, Sink};
-use crate::direct::DirectFile;
+use crate::data::{self, gather, join, DataError, Receiver, Sender};
 use crate::lane::{self, Far};
 use crate::ops::{Failure, OpResult};
 use crate::proto::{self, Code, FabricInfo, Landing, Lane, Reply, Request, Shape, StreamEnd};
 use crate::sums::{self, Digest};
+use crate::uncached::Writes;
 use crate::wire_io::{self, ReadError};
 
 /// A session.
@@ -371,12 +371,10 @@ impl Session {
                 }],
             },
         })?;
-        // Asked for and possible: written past the page cache.
-        let past_cache = direct.then(|| DirectFile::wanted(&file, &path)).flatten();
-        let sink: &dyn Sink = match &past_cache {
-            Some(d) => d,
-            None => &file,
-        };
+        // Past the page cache when asked and possible, else uncached past
+        // its head unless the server keeps every page.
+        let writes = Writes::choose(&file, direct, self.shared.cache, false, &path);
+        let sink = writes.sink();
         let shared = data::Shared::default().skipping_digests(!verify);
         let done = AtomicBool::new(false);
         let client = self.client.node;
