@@ -607,6 +607,7 @@ impl Copier {
         let file = claim_local(&part, false)?;
         self.started(path, 0);
         let (opts, progress) = (self.opts.clone(), self.progress.clone());
+        let writes = Writes::choose(&file, opts.direct, opts.cache, false, &to.display());
         let n = servers.len() as u32;
         let got = self.each_server(servers, |k, c| {
             let record = stripe::Memory::default();
@@ -629,7 +630,7 @@ impl Copier {
                 )));
             }
             let object = stripe::Object {
-                file: &file,
+                file: writes.sink(),
                 layout,
                 k,
             };

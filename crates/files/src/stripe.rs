@@ -116,18 +116,20 @@ pub fn record_name(path: &str) -> String {
     }
 }
 
-/// Object `k` of a striped file, seen through the file.
+/// Object `k` of a striped file, seen through the file: read from a
+/// [`File`], written to one or to how a received file is written (a
+/// [`Sink`] such as [`crate::uncached::Uncached`]).
 #[derive(Debug)]
-pub struct Object<'a> {
+pub struct Object<'a, F: ?Sized = File> {
     /// The whole file.
-    pub file: &'a File,
+    pub file: &'a F,
     /// Its layout.
     pub layout: Layout,
     /// Which object.
     pub k: u32,
 }
 
-impl Sink for Object<'_> {
+impl<F: Sink + ?Sized> Sink for Object<'_, F> {
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let mut r = Ok(());
         self.layout.pieces(self.k, offset, data.len(), |at, range| {

@@ -591,6 +591,17 @@ fn a_file_striped_over_two_servers_round_trips() {
         std::fs::read(&back).unwrap() == data,
         "striped copy differs"
     );
+    // Written past the page cache: whole stripes by direct I/O, the ragged
+    // tail through the cache.
+    let mut opts = a.options(Transport::Shm);
+    (opts.chunk, opts.streams, opts.direct) = (64 << 10, 2, true);
+    let mut direct = Copier::new(Secret::new(SECRET).unwrap(), opts);
+    let past = a.local().join("past");
+    direct.copy(&url, &Location::Local(past.clone())).unwrap();
+    assert!(
+        std::fs::read(&past).unwrap() == data,
+        "striped copy past the page cache differs"
+    );
     // Servers named out of order are caught by the layout records.
     let swapped: Location = format!("ml://{},{}/s", b.addr, a.addr).parse().unwrap();
     let e = c
