@@ -319,6 +319,9 @@ pub struct LaneCopy {
     /// The same, written as cp writes by default (uncached past the
     /// file's head), MB/s.
     pub fs_write_uncached: f64,
+    /// Bytes of the source that the storage host's page cache held as
+    /// each download began (by `fincore`).
+    pub source_cached: [u64; 4],
 }
 
 /// Writes `data` to a new file `path` in 1 MiB writes (as cp's receiver
@@ -335,6 +338,14 @@ fn write_rate(path: &Path, data: &[u8], uncached: bool) -> anyhow::Result<f64> {
     }
     drop(f);
     Ok(data.len() as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Reads `path` through the page cache and drops the bytes, leaving its
+/// pages cached.
+fn warm(path: &Path) -> anyhow::Result<()> {
+    let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    std::io::copy(&mut f, &mut std::io::sink())?;
+    Ok(())
 }
 
 /// The type of the file system that holds `dir`, as its mount names it
@@ -474,6 +485,16 @@ pub fn files_through(
         // its predecessor's write-back: 0.88-0.92 of four links, against
         // 0.96-0.97 after a sync).
         rustix::fs::sync();
+        if k >= 2 {
+            // Every download reads a source the storage host holds in its
+            // page cache, so that the down columns differ only in how cp
+            // writes: the upload left `f` cached only for its first
+            // `HEAD` bytes, and the first download would else read the
+            // rest from the disk and leave it cached for the others.
+            warm(&export.join("f"))?;
+            out.source_cached[k - 2] = macrolink_testbed::pages::cached_bytes(&export.join("f"))
+                .map_err(anyhow::Error::msg)?;
+        }
         let o = Command::new("ip")
             .args(["netns", "exec", &tb.compute()])
             .arg(exe)
@@ -724,7 +745,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
          copies, with no network, through the page cache: what the file system and the \
          machine's supply of new pages give one writer; {pages}; uncached: the same, written as \
          cp writes by default (--dir puts the files elsewhere). Each copy and each write start \
-         after a sync, with the file system idle.",
+         after a sync, with the file system idle; each download reads a file the storage host \
+         holds in its page cache, as each upload reads one cp's host holds.",
         files.display(),
         fs_type(&files),
         macrolink_files::uncached::HEAD >> 20,

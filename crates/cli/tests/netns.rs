@@ -280,6 +280,11 @@ fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
         "the file system's uncached rate: {r:?}"
     );
     assert!(r.up_direct > 0.0, "the upload with direct I/O: {r:?}");
+    assert_eq!(
+        r.source_cached,
+        [24 << 20; 4],
+        "every download reads a source held in the page cache"
+    );
     for per in &r.carried {
         let nodes: Vec<u32> = per.iter().map(|(g, _)| *g).collect();
         assert_eq!(nodes, [21, 22], "{per:?}");
