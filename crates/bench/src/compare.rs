@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
+use crate::pin::OneProcessor;
 use crate::proto::Test;
 use crate::session::Session;
 use crate::sleeps;
@@ -107,6 +108,10 @@ const WAIT: &str = "wait";
 const BUSY_PROGRESS: &str = "busy progress";
 /// Blocking sockets: the kernel wakes the reader.
 const BLOCKING: &str = "blocking";
+/// [`WAIT`], both sides on one processor.
+const WAIT_ONE: &str = "wait 1 cpu";
+/// [`BLOCKING`], both sides on one processor.
+const BLOCKING_ONE: &str = "blocking 1 cpu";
 
 /// What a row's ratio should be.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -436,6 +441,77 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             .pairs(pairs)
             .note(SLEEP_FLOOR),
         );
+        // The same waiting ping-pongs with both sides on one processor: no
+        // wake-up crosses processors (on a virtual machine, an idle one's
+        // wake-up is most of the rows above), so what is left is what a
+        // message costs in system calls, switches and work.
+        let pin = OneProcessor::pin()?;
+        let mut one = Session::open(exe, None)?;
+        let (ours, theirs, pairs) = alternated(
+            || lat_in(&mut one, t, m, Completion::Wait, 64),
+            has_sockperf.then_some(|| {
+                opt(sockperf::ping_pong(
+                    udp,
+                    64,
+                    secs * 2.0,
+                    sockperf::Regime::Blocking,
+                ))
+                .map(Lat::from)
+            }),
+        )?;
+        let proto = if udp { "udp" } else { "--tcp" };
+        rows.push(
+            row(
+                &format!("{t} 64 B ping-pong, half rt, one processor"),
+                "us",
+                Some(ours.median),
+                &format!("sockperf pp {proto} {}", sockperf::Regime::Blocking.flags()),
+                theirs.map(|l| l.median),
+                Goal::Info,
+            )
+            .regimes(WAIT_ONE, BLOCKING_ONE)
+            .p99(ours.p99, theirs.and_then(|l| l.p99))
+            .pairs(pairs)
+            .note(ONE_PROCESSOR),
+        );
+        let (polled, blocked, pairs) = alternated(
+            || bare(sleeps::Sleep::Poll),
+            Some(|| opt(bare(sleeps::Sleep::Recv))),
+        )?;
+        rows.push(
+            row(
+                &format!("{t} 64 B ping-pong, bare poll, one processor"),
+                "us",
+                Some(polled.median),
+                "bare blocking recv (as sockperf's)",
+                blocked.map(|l| l.median),
+                Goal::Info,
+            )
+            .regimes(WAIT_ONE, BLOCKING_ONE)
+            .p99(polled.p99, blocked.and_then(|l| l.p99))
+            .pairs(pairs)
+            .note(SLEEP_FLOOR),
+        );
+        let (set, blocked, pairs) = alternated(
+            || bare(sleeps::Sleep::Epoll),
+            Some(|| opt(bare(sleeps::Sleep::Recv))),
+        )?;
+        rows.push(
+            row(
+                &format!("{t} 64 B ping-pong, bare epoll, one processor"),
+                "us",
+                Some(set.median),
+                "bare blocking recv (as sockperf's)",
+                blocked.map(|l| l.median),
+                Goal::Info,
+            )
+            .regimes(WAIT_ONE, BLOCKING_ONE)
+            .p99(set.p99, blocked.and_then(|l| l.p99))
+            .pairs(pairs)
+            .note(SLEEP_FLOOR),
+        );
+        drop(one);
+        drop(pin);
     }
 
     if has_ucx {
@@ -701,7 +777,16 @@ no transport of ours in it, each sleeping either in one poll of what our waiting
 sleeps on (its inbox's eventfd, its datagram socket, the connection) and then a recv, or, \
 as sockperf's blocking sides do, in a blocking recv on the socket alone. An endpoint that \
 hears more than one descriptor sleeps the first way: a system call more a message on each \
-side, and the ratio is what that costs here, under the waiting row's ratio to sockperf.";
+side, and the ratio is what that costs here, under the waiting row's ratio to sockperf. \
+bare epoll: the first way with the three in an epoll set, slept on with epoll_wait.";
+
+/// What the one-processor rows measure.
+const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \
+one processor (sched_setaffinity, inherited by what the run starts): a message wakes a \
+reader on the processor it runs on, so no wake-up crosses processors, and the time is the \
+system calls, the switches and the work that a message costs each side. Where idle \
+processors halt (a virtual machine), a wake-up across processors is most of a waiting \
+row's time; here it is none of it.";
 
 /// Wake-ups timed for the floor under a waiting reader's CPU.
 const WAKES: u64 = 5_000;

@@ -37,6 +37,7 @@ pub mod gateways;
 pub mod idle;
 pub mod manage;
 pub mod peers;
+pub mod pin;
 pub mod plot;
 pub mod progress;
 pub mod proto;

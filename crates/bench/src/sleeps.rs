@@ -8,17 +8,20 @@
 //!   (t - t0) / 2: a half round trip
 //! ```
 //!
-//! Both threads sleep one of two ways: in a blocking `recv` on the one
-//! socket, as sockperf's do, or in one `poll` of what a waiting endpoint
-//! of ours sleeps on (its inbox's eventfd, its datagram socket, the
-//! connection) and then a `recv`, a system call more a message each side.
-//! The ratio of the two, in the same minute, is what the second way costs
-//! over the first: a floor under a waiting endpoint's latency beside
-//! sockperf's blocking one.
+//! Both threads sleep one of three ways: in a blocking `recv` on the one
+//! socket, as sockperf's do; in one `poll` of what a waiting endpoint of
+//! ours sleeps on (its inbox's eventfd, its datagram socket, the
+//! connection) and then a `recv`, a system call more a message each side;
+//! or in `epoll_wait` on a set of the same three and then a `recv`. The
+//! ratio of the second to the first, in the same minute, is what the
+//! second way costs over the first: a floor under a waiting endpoint's
+//! latency beside sockperf's blocking one; the third says how much of it
+//! a set kept in the kernel would save.
 
 use anyhow::{bail, Context};
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{epoll, eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -33,6 +36,9 @@ pub enum Sleep {
     /// `poll` of an eventfd, an idle UDP socket and the socket, then a
     /// `recv` that does not block.
     Poll,
+    /// `epoll_wait` on a set of the same three, then a `recv` that does
+    /// not block.
+    Epoll,
 }
 
 /// Longest a side waits for one message.
@@ -135,17 +141,29 @@ struct Side {
     /// waiting endpoint's inbox wake-up and datagram socket are between
     /// the messages of a connection.
     idle: (OwnedFd, UdpSocket),
+    /// An epoll set of the three (for [`Sleep::Epoll`]).
+    set: OwnedFd,
 }
 
 impl Side {
     fn new(pipe: Pipe, sleep: Sleep) -> anyhow::Result<Side> {
-        pipe.set_nonblocking(sleep == Sleep::Poll)?;
+        pipe.set_nonblocking(sleep != Sleep::Recv)?;
         pipe.set_read_timeout(PATIENCE)?;
         let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let udp = UdpSocket::bind("127.0.0.1:0")?;
+        let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        for (i, fd) in [efd.as_fd(), udp.as_fd(), pipe.fd()]
+            .into_iter()
+            .enumerate()
+        {
+            let data = epoll::EventData::new_u64(i as u64);
+            epoll::add(&set, fd, data, epoll::EventFlags::IN)?;
+        }
         Ok(Side {
             pipe,
             sleep,
-            idle: (efd, UdpSocket::bind("127.0.0.1:0")?),
+            idle: (efd, udp),
+            set,
         })
     }
 
@@ -159,7 +177,7 @@ impl Side {
                     bail!("a datagram of {n} bytes, not {}", buf.len())
                 }
                 Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.sleep == Sleep::Poll => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.sleep != Sleep::Recv => {
                     self.nap()?
                 }
                 Err(e) => return Err(e).context("no message in time"),
@@ -168,15 +186,25 @@ impl Side {
         Ok(())
     }
 
-    /// One `poll` of the three descriptors, until the pipe's has something.
+    /// One `poll` (or `epoll_wait`) of the three descriptors, until the
+    /// pipe's has something.
     fn nap(&self) -> anyhow::Result<()> {
-        let mut fds = [
-            PollFd::new(&self.idle.0, PollFlags::IN),
-            PollFd::new(&self.idle.1, PollFlags::IN),
-            PollFd::from_borrowed_fd(self.pipe.fd(), PollFlags::IN),
-        ];
         let t = Timespec::try_from(PATIENCE)?;
-        if poll(&mut fds, Some(&t))? == 0 {
+        let n = match self.sleep {
+            Sleep::Epoll => {
+                let mut events = [const { MaybeUninit::<epoll::Event>::uninit() }; 4];
+                epoll::wait(&self.set, &mut events, Some(&t))?.0.len()
+            }
+            _ => {
+                let mut fds = [
+                    PollFd::new(&self.idle.0, PollFlags::IN),
+                    PollFd::new(&self.idle.1, PollFlags::IN),
+                    PollFd::from_borrowed_fd(self.pipe.fd(), PollFlags::IN),
+                ];
+                poll(&mut fds, Some(&t))?
+            }
+        };
+        if n == 0 {
             bail!("no message in {PATIENCE:?}");
         }
         Ok(())
@@ -237,7 +265,7 @@ mod tests {
     #[test]
     fn both_sleeps_time_every_round_trip_over_both_protocols() {
         for udp in [false, true] {
-            for sleep in [Sleep::Recv, Sleep::Poll] {
+            for sleep in [Sleep::Recv, Sleep::Poll, Sleep::Epoll] {
                 let l = ping_pong(udp, 64, 200, sleep).unwrap();
                 assert!(
                     l.median > 0.0 && l.median.is_finite(),
