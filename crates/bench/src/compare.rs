@@ -420,27 +420,33 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 .pairs(pairs),
             );
         }
-        // What sleeping in `poll` costs over a blocking `recv`, in the
-        // same minute: the floor under the waiting row's ratio.
-        let bare = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
-        let (polled, blocked, pairs) = alternated(
-            || bare(sleeps::Sleep::Poll),
-            Some(|| opt(bare(sleeps::Sleep::Recv))),
-        )?;
-        rows.push(
-            row(
-                &format!("{t} 64 B ping-pong, bare poll + recv"),
-                "us",
-                Some(polled.median),
-                "bare blocking recv (as sockperf's)",
-                blocked.map(|l| l.median),
-                Goal::Info,
+        // What sleeping in `poll` (or `epoll_wait`) costs over a blocking
+        // `recv`, in the same minute: the floor under the waiting row's
+        // ratio.
+        let bare = |how, name: &str, regimes: (&'static str, &'static str)| {
+            let once = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
+            let (slept, blocked, pairs) =
+                alternated(|| once(how), Some(|| opt(once(sleeps::Sleep::Recv))))?;
+            anyhow::Ok(
+                row(
+                    &format!("{t} 64 B ping-pong, {name}"),
+                    "us",
+                    Some(slept.median),
+                    "bare blocking recv (as sockperf's)",
+                    blocked.map(|l| l.median),
+                    Goal::Info,
+                )
+                .regimes(regimes.0, regimes.1)
+                .p99(slept.p99, blocked.and_then(|l| l.p99))
+                .pairs(pairs)
+                .note(SLEEP_FLOOR),
             )
-            .regimes(WAIT, BLOCKING)
-            .p99(polled.p99, blocked.and_then(|l| l.p99))
-            .pairs(pairs)
-            .note(SLEEP_FLOOR),
-        );
+        };
+        rows.push(bare(
+            sleeps::Sleep::Poll,
+            "bare poll + recv",
+            (WAIT, BLOCKING),
+        )?);
         // The same waiting ping-pongs with both sides on one processor: no
         // wake-up crosses processors (on a virtual machine, an idle one's
         // wake-up is most of the rows above), so what is left is what a
@@ -474,42 +480,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             .pairs(pairs)
             .note(ONE_PROCESSOR),
         );
-        let (polled, blocked, pairs) = alternated(
-            || bare(sleeps::Sleep::Poll),
-            Some(|| opt(bare(sleeps::Sleep::Recv))),
-        )?;
-        rows.push(
-            row(
-                &format!("{t} 64 B ping-pong, bare poll, one processor"),
-                "us",
-                Some(polled.median),
-                "bare blocking recv (as sockperf's)",
-                blocked.map(|l| l.median),
-                Goal::Info,
-            )
-            .regimes(WAIT_ONE, BLOCKING_ONE)
-            .p99(polled.p99, blocked.and_then(|l| l.p99))
-            .pairs(pairs)
-            .note(SLEEP_FLOOR),
-        );
-        let (set, blocked, pairs) = alternated(
-            || bare(sleeps::Sleep::Epoll),
-            Some(|| opt(bare(sleeps::Sleep::Recv))),
-        )?;
-        rows.push(
-            row(
-                &format!("{t} 64 B ping-pong, bare epoll, one processor"),
-                "us",
-                Some(set.median),
-                "bare blocking recv (as sockperf's)",
-                blocked.map(|l| l.median),
-                Goal::Info,
-            )
-            .regimes(WAIT_ONE, BLOCKING_ONE)
-            .p99(set.p99, blocked.and_then(|l| l.p99))
-            .pairs(pairs)
-            .note(SLEEP_FLOOR),
-        );
+        for (how, name) in [
+            (sleeps::Sleep::Poll, "bare poll, one processor"),
+            (sleeps::Sleep::Epoll, "bare epoll, one processor"),
+        ] {
+            rows.push(bare(how, name, (WAIT_ONE, BLOCKING_ONE))?);
+        }
         drop(one);
         drop(pin);
     }
