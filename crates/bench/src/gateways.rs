@@ -491,9 +491,10 @@ pub fn files_through(
             // writes: the upload left `f` cached only for its first
             // `HEAD` bytes, and the first download would else read the
             // rest from the disk and leave it cached for the others.
-            warm(&export.join("f"))?;
-            out.source_cached[k - 2] = macrolink_testbed::pages::cached_bytes(&export.join("f"))
-                .map_err(anyhow::Error::msg)?;
+            let source = export.join("f");
+            warm(&source)?;
+            out.source_cached[k - 2] =
+                macrolink_testbed::pages::cached_bytes(&source).map_err(anyhow::Error::msg)?;
         }
         let o = Command::new("ip")
             .args(["netns", "exec", &tb.compute()])
