@@ -442,11 +442,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 .note(SLEEP_FLOOR),
             )
         };
-        rows.push(bare(
-            sleeps::Sleep::Poll,
-            "bare poll + recv",
-            (WAIT, BLOCKING),
-        )?);
+        // Beside the waiting row, the bare sleep of the way a waiting
+        // endpoint sleeps over this transport (see `fabric`'s `sleep`).
+        rows.push(if udp {
+            bare(sleeps::Sleep::Poll, "bare poll + recv", (WAIT, BLOCKING))?
+        } else {
+            bare(sleeps::Sleep::Epoll, "bare epoll + recv", (WAIT, BLOCKING))?
+        });
         // The same waiting ping-pongs with both sides on one processor: no
         // wake-up crosses processors (on a virtual machine, an idle one's
         // wake-up is most of the rows above), so what is left is what a
@@ -749,12 +751,14 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 
 /// Why the bare ping-pong rows are a floor, not a peer.
 const SLEEP_FLOOR: &str = "two threads of this process in a ping-pong over loopback, \
-no transport of ours in it, each sleeping either in one poll of what our waiting endpoint \
-sleeps on (its inbox's eventfd, its datagram socket, the connection) and then a recv, or, \
-as sockperf's blocking sides do, in a blocking recv on the socket alone. An endpoint that \
-hears more than one descriptor sleeps the first way: a system call more a message on each \
-side, and the ratio is what that costs here, under the waiting row's ratio to sockperf. \
-bare epoll: the first way with the three in an epoll set, slept on with epoll_wait.";
+no transport of ours in it, each sleeping in one poll of the three descriptors a waiting \
+endpoint of ours hears (its inbox's eventfd, its datagram socket, the connection) and then \
+a recv (bare poll), or in one epoll_wait of the three in an epoll set and then a recv (bare \
+epoll), or, as sockperf's blocking sides do, in a blocking recv on the socket alone. A \
+waiting endpoint sleeps the epoll way, or the poll way once it uses datagrams (a UDP \
+socket in an epoll set runs the set's callback as each datagram it sends leaves it): a \
+system call more a message on each side than a blocking recv, and the ratio is what that \
+costs here, under the waiting row's ratio to sockperf.";
 
 /// What the one-processor rows measure.
 const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \

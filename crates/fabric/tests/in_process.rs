@@ -199,3 +199,88 @@ fn a_busy_reader_still_hears_a_datagram() {
         );
     }
 }
+
+/// A waiting endpoint sleeps in its wait set (one `epoll_wait`) until it
+/// uses datagrams, then in one `poll`; a polling one set to wait sleeps in
+/// the set again. However it sleeps, a message over each transport wakes
+/// it, the first of each over a connection it did not have yet (its inbox
+/// wakes it), and none waits for the sleep's nap (200 ms) to end.
+#[test]
+fn a_waiting_reader_is_woken_by_every_source_wherever_it_sleeps() {
+    let _watch = common::watchdog(120, "a waiting reader's wake-ups");
+    let (a, b, _d) = nodes();
+    let tx = a.open(7, EndpointConfig::default()).unwrap();
+    // The writer writes once asked, 5 ms later, when the reader sleeps.
+    let (ask, asked) = std::sync::mpsc::channel::<(u32, Transport)>();
+    let writer = thread::spawn(move || {
+        let mut tx = tx;
+        for (ep, transport) in asked {
+            let mode = match transport {
+                Transport::Udp => Mode::Datagram,
+                _ => Mode::Reliable,
+            };
+            let t = tx.target_via(Addr::new(2, ep), mode, transport).unwrap();
+            thread::sleep(Duration::from_millis(5));
+            tx.write(t, transport.to_string().as_bytes()).unwrap();
+        }
+    });
+    // Ten messages over each transport, each read by a sleeping reader:
+    // one woken by the nap instead of the message takes 195 ms more.
+    let hear = |rx: &mut macrolink_fabric::Endpoint, transports: &[Transport], how: &str| {
+        let ep = rx.addr().ep;
+        for &transport in transports {
+            let mut late = 0;
+            for _ in 0..10 {
+                ask.send((ep, transport)).unwrap();
+                let t0 = std::time::Instant::now();
+                let mut buf = [0u8; 16];
+                let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+                let r = r.unwrap_or_else(|| panic!("{how}: nothing over {transport} in 5 s"));
+                assert_eq!(r.from, Addr::new(1, 7), "{how}");
+                assert_eq!(&buf[..r.len], transport.to_string().as_bytes(), "{how}");
+                late += usize::from(t0.elapsed() >= Duration::from_millis(100));
+            }
+            assert!(
+                late <= 1,
+                "{how}: {late} of 10 messages over {transport} waited for the nap"
+            );
+        }
+    };
+    // Waiting from the start: asleep in the set.
+    let mut rx = b.open(5, wait_cfg()).unwrap();
+    hear(&mut rx, &[Transport::Shm, Transport::Tcp], "in the set");
+    // Datagrams in use (it sends one): asleep in poll.
+    let mut back = rx
+        .target_via(Addr::new(1, 7), Mode::Datagram, Transport::Udp)
+        .unwrap();
+    rx.write(back, b"dgram").unwrap();
+    let all = [Transport::Udp, Transport::Shm, Transport::Tcp];
+    hear(&mut rx, &all, "in poll");
+    rx.set_completion(Completion::Poll);
+    rx.set_completion(Completion::Wait);
+    hear(&mut rx, &all, "in poll, after polling");
+    // Polling first, then waiting: asleep in the set, and again after a
+    // spell of polling.
+    let mut rx = b.open(6, EndpointConfig::default()).unwrap();
+    hear(&mut rx, &[Transport::Shm, Transport::Tcp], "polling");
+    rx.set_completion(Completion::Wait);
+    hear(
+        &mut rx,
+        &[Transport::Shm, Transport::Tcp],
+        "in the set, after polling",
+    );
+    rx.set_completion(Completion::Poll);
+    rx.set_completion(Completion::Wait);
+    hear(
+        &mut rx,
+        &[Transport::Tcp, Transport::Shm],
+        "in the set again",
+    );
+    back = rx
+        .target_via(Addr::new(1, 7), Mode::Datagram, Transport::Udp)
+        .unwrap();
+    rx.write(back, b"dgram").unwrap();
+    hear(&mut rx, &all, "in poll, after the set");
+    drop(ask);
+    writer.join().unwrap();
+}

@@ -11,7 +11,7 @@
 //! connections, [`pass`] moves incoming traffic and loops a read over
 //! passes, [`sleep`] spins or sleeps when a pass moved nothing,
 //! [`onesided`] holds the put mode and [`waits`] the epoll set of an
-//! endpoint of many connections.
+//! endpoint of many connections or one that waits.
 
 mod onesided;
 mod pass;
@@ -137,7 +137,8 @@ pub struct Endpoint {
     /// once, so that an endpoint's first sleep, which may come long after
     /// its first message, allocates nothing.
     pollfds: Vec<libc::pollfd>,
-    /// The connections, watched by one epoll set when there are many.
+    /// The connections, watched by one epoll set when there are many or
+    /// the endpoint waits (it then sleeps in the set).
     waits: Box<waits::Waits>,
     /// The set watches (as `waits` says; kept here, beside what a pass
     /// reads, since a pass asks).
@@ -183,7 +184,7 @@ impl Endpoint {
         let tokens = cfg.tokens.max(1);
         let pool = TokenPool::new(tokens, token_size)?;
         node.register(id, inbox.clone())?;
-        Ok(Endpoint {
+        let mut ep = Endpoint {
             id,
             inbox,
             slots: Vec::new(),
@@ -214,7 +215,9 @@ impl Endpoint {
             in_send: false,
             send_timeout: cfg.send_timeout,
             node,
-        })
+        };
+        ep.sleep_where();
+        Ok(ep)
     }
 
     /// This endpoint's address.
@@ -274,6 +277,7 @@ impl Endpoint {
     /// Switches between polling and waiting completion.
     pub fn set_completion(&mut self, c: Completion) {
         self.core.completion = c;
+        self.sleep_where();
     }
 
     /// Turns the latency probe on or off (see [`Timings`]).

@@ -114,12 +114,14 @@ impl Endpoint {
     }
 
     /// Asks the wait set which connections have something, and has the
-    /// next pass read those.
+    /// next pass read those (and the UDP socket, when the set holds it and
+    /// it stirred).
     pub(super) fn look_at_set(&mut self) {
         if let Err(e) = self.waits.look() {
             tracing::debug!("a look at the wait set failed: {e}; looking at each connection");
             return self.look_at_each();
         }
+        self.heard_others();
         for i in self.waits.stirred_slots() {
             if let Some(c) = self.slots.get_mut(i).and_then(|s| s.conn.as_mut()) {
                 c.link.look_again();
@@ -321,15 +323,16 @@ impl Endpoint {
         // From where the last delivery left off, round to it (no division
         // per slot: a pass is a few tens of nanoseconds).
         let start = self.next_slot.min(n);
-        if !watching {
+        if !watching || n == 0 {
             for i in (start..n).chain(0..start) {
                 visit!(i, {});
             }
             return Ok((None, moved));
         }
-        // Many connections: those awake, by their bits, from `start` round
-        // to it (its word's bits from `start`, the other words, its word's
-        // bits before `start`). One that goes cold dozes.
+        // Watched connections (many, or those of a waiting endpoint): those
+        // awake, by their bits, from `start` round to it (its word's bits
+        // from `start`, the other words, its word's bits before `start`).
+        // One that goes cold dozes.
         let words = n.div_ceil(64);
         let (sw, sb) = (start / 64, start % 64);
         for k in 0..=words {
