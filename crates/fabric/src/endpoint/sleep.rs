@@ -1,6 +1,7 @@
 //! What an endpoint does when a pass moved nothing: a polling one spins, a
-//! waiting one sleeps in one `poll` of everything that may stir it, and
-//! offers a waiting read's buffer to the connection likely to fill it.
+//! waiting one sleeps in one `epoll_wait` of its wait set, or one `poll`,
+//! of everything that may stir it, and offers a waiting read's buffer to
+//! the connection likely to fill it.
 
 use std::time::{Duration, Instant};
 
