@@ -223,11 +223,12 @@ impl Endpoint {
     /// Whether the endpoint sleeps in its wait set: it does while it waits
     /// and datagrams are not in use. The set then holds the inbox's
     /// wake-up, the UDP socket and the UCX worker beside every connection.
-    /// A socket in an epoll set has the set's callback on its wait queue
-    /// for good, not only during a sleep, and a UDP socket wakes its queue
-    /// as each datagram sent leaves it (measured, 64 B datagrams both ways
-    /// on one processor: 0.2 us a round trip slower in the set than in
-    /// `poll`), so an endpoint that sends datagrams sleeps in `poll`; so
+    /// Over udp the set measured slower (64 B datagrams both ways on one
+    /// processor: 0.2 us a round trip more than in `poll`; by the profile,
+    /// likely because a socket in a set has the set's callback on its wait
+    /// queue for good, not only during a sleep, and a UDP socket wakes that
+    /// queue as each datagram sent leaves it), so an endpoint that uses
+    /// datagrams (sends them, or has received one) sleeps in `poll`; so
     /// does a polling one (which sleeps only when asked to wait), whose few
     /// connections stay out of the set, where every packet would cost the
     /// set's callback.

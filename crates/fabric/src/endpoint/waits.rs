@@ -2,11 +2,12 @@
 //! set: a sleep, and a look at what the cold ones have, then cost the
 //! kernel the descriptors that stirred, not every one the endpoint holds.
 //!
-//! An endpoint of a few connections polls each one's descriptor when it
-//! sleeps, as before; its sockets are in no set, since a socket in an
-//! epoll set costs every packet that arrives on it the set's callback
-//! (measured here: 4 % on a polling tcp ping-pong of one connection). Past
-//! [`WATCH_OVER`] connections the set watches all of them: a sleep polls
+//! A polling endpoint of a few connections (or a waiting one that uses
+//! datagrams, below) polls each one's descriptor when it sleeps; its
+//! sockets are in no set, since a socket in an epoll set costs every
+//! packet that arrives on it the set's callback (measured here: 4 % on a
+//! polling tcp ping-pong of one connection). Past [`WATCH_OVER`]
+//! connections the set watches all of them: a sleep polls
 //! the set's descriptor beside the inbox's wake-up, the UDP socket and the
 //! UCX worker, and asks the set which connections stirred when it did; an
 //! endpoint that does not sleep (polling, or waiting but kept busy) asks
@@ -24,8 +25,10 @@
 //! *others*) and watches every connection, however few, so that a sleep
 //! is one `epoll_wait` that says what stirred, as a sleep in `poll` of
 //! them all says, but without handing the kernel every descriptor again
-//! and taking it back each time (measured with both sides of a 64 B
-//! ping-pong on one processor, 0.3-0.5 us a round trip).
+//! and taking it back each time (both sides of a 64 B tcp ping-pong on one
+//! processor: 0.35-0.45 us a round trip for two bare threads, 0.2 us for
+//! two endpoints). An endpoint that uses datagrams sleeps in `poll`
+//! instead (see `Endpoint::sleeps_in_set`).
 //!
 //! ```text
 //!  sleep_here(others) ─► the set holds them, watches every connection
