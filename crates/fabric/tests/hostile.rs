@@ -11,7 +11,7 @@ use macrolink_fabric::{
 use macrolink_wire::{FrameKind, Header, HEADER_LEN};
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -314,7 +314,8 @@ fn a_bound_endpoint_hears_only_its_session() {
 
 /// A hand-made shared-memory connection to endpoint 5 of the node whose
 /// socket is in `dir`: `segment` is what the hostile peer sends as memory.
-fn raw_shm(dir: &std::path::Path, ring: u64, segment: impl AsFd) -> (UnixStream, Header) {
+/// A hello over the node's unix socket, by hand, with `fds` attached.
+fn raw_hello(dir: &std::path::Path, ring: u64, fds: &[BorrowedFd<'_>]) -> (UnixStream, Header) {
     let mut u = UnixStream::connect(dir.join("node-1.sock")).unwrap();
     let mut h = Header::new(FrameKind::Hello);
     h.src_node = 66;
@@ -322,9 +323,37 @@ fn raw_shm(dir: &std::path::Path, ring: u64, segment: impl AsFd) -> (UnixStream,
     h.dst_ep = 5;
     h.total = ring;
     let ans = common::hello(&mut u, &Key::open(), h, |s, m| {
-        common::send_with_fd(s, m, segment.as_fd())
+        common::send_with_fds(s, m, fds)
     });
     (u, ans)
+}
+
+/// The doorbells of a shared-memory hello made by hand: the ends this
+/// side keeps (the read end of its own pipe, the write end of the node's)
+/// and the two that go with the hello.
+struct RawBells {
+    ring: OwnedFd,
+    _hear: OwnedFd,
+    theirs: [OwnedFd; 2],
+}
+
+fn raw_bells() -> RawBells {
+    let (hear, i_write) = rustix::pipe::pipe().unwrap();
+    let (a_read, ring) = rustix::pipe::pipe().unwrap();
+    RawBells {
+        ring,
+        _hear: hear,
+        theirs: [a_read, i_write],
+    }
+}
+
+/// A shared-memory hello by hand with `segment` and pipes for doorbells.
+fn raw_shm(dir: &std::path::Path, ring: u64, segment: impl AsFd) -> (UnixStream, Header, RawBells) {
+    let bells = raw_bells();
+    let [a, b] = &bells.theirs;
+    let fds = [segment.as_fd(), a.as_fd(), b.as_fd()];
+    let (u, ans) = raw_hello(dir, ring, &fds);
+    (u, ans, bells)
 }
 
 #[test]
@@ -360,10 +389,29 @@ fn a_hostile_shared_memory_peer_is_refused_or_dropped_and_the_node_lives() {
         );
     }
 
+    // A sealed segment without doorbells, or with ends that are not the
+    // read and the write end of pipes.
+    assert_eq!(
+        raw_hello(dir.path(), ring, &[sealed.as_fd()]).1.kind,
+        FrameKind::HelloRefused
+    );
+    let RawBells {
+        ring: w,
+        theirs: [r, _],
+        ..
+    } = raw_bells();
+    for doorbells in [[w.as_fd(), r.as_fd()], [sealed.as_fd(), w.as_fd()]] {
+        let fds = [sealed.as_fd(), doorbells[0], doorbells[1]];
+        assert_eq!(
+            raw_hello(dir.path(), ring, &fds).1.kind,
+            FrameKind::HelloRefused
+        );
+    }
+
     // A sealed segment, then counters past the ring: the tail of the ring
     // towards the node says a frame of 1 MiB is there, in a 4 KiB ring.
     let seg = common::memfd(seg_len, true);
-    let (mut u, ans) = raw_shm(dir.path(), ring, &seg);
+    let (_u, ans, bells) = raw_shm(dir.path(), ring, &seg);
     assert_eq!(ans.kind, FrameKind::HelloOk);
     assert!(seg.set_len(0).is_err(), "the peer cannot shrink it either");
     let mut head = Header::new(FrameKind::Data);
@@ -376,7 +424,7 @@ fn a_hostile_shared_memory_peer_is_refused_or_dropped_and_the_node_lives() {
     seg.write_all_at(&head.encode(), 4096).unwrap();
     let tail = (HEADER_LEN as u64 + (1 << 20)).to_le_bytes();
     seg.write_all_at(&tail, 0).unwrap(); // ring 0's tail: first word
-    u.write_all(&[1]).unwrap(); // a doorbell, if the node sleeps
+    rustix::io::write(&bells.ring, &[1]).unwrap(); // a doorbell, if the node sleeps
     let mut buf = vec![0u8; 2 << 20];
     let got = rx.read_timeout(&mut buf, Duration::from_secs(5));
     assert!(

@@ -28,10 +28,9 @@ use macrolink_wire::{
     NONCE_LEN, PROOF_LEN,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use super::framed::Framed;
 use super::memfd;
-use super::shm::{ShmStream, Side};
+use super::shm::{Bells, ShmStream, Side};
 use super::tcp::Tcp;
 use super::ucx;
 use super::Connection;
@@ -323,13 +322,20 @@ impl NodeShared {
                     _ => e.into(),
                 })?;
                 let (segment, map) = ShmStream::create(self.ring)?;
+                let (bells, [hear, ring]) = Bells::pair()?;
                 hello.total = self.ring as u64;
-                self.hello(&mut s, hello, Some(&segment), to)?;
+                // The acceptor's ends of the doorbells go with the segment,
+                // and this side keeps no copy of them: a pipe's end is the
+                // peer gone only when no one else holds its other end.
+                let fds = [segment.as_fd(), hear.as_fd(), ring.as_fd()];
+                self.hello(&mut s, hello, &fds, to)?;
+                drop((hear, ring));
                 Ok(Dialled::Shm(ShmStream::new(
                     map,
                     self.ring,
                     Side::Initiator,
                     s,
+                    bells,
                 )?))
             }
             Transport::Udp => Err(Error::Unsupported {
@@ -362,7 +368,7 @@ impl NodeShared {
         let traded = (|| -> Result<Dialled> {
             let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
             s.set_nodelay(true)?;
-            self.hello(&mut s, hello, None, to)?;
+            self.hello(&mut s, hello, &[], to)?;
             let mut t = Timed {
                 stream: &mut s,
                 until,
@@ -409,7 +415,7 @@ impl NodeShared {
             sys::fail_fast(s.as_raw_fd(), ms)?;
         }
         s.set_nodelay(true)?;
-        self.hello(&mut s, hello, None, to)?;
+        self.hello(&mut s, hello, &[], to)?;
         s.set_nonblocking(true)?;
         Ok(Dialled::Tcp(s))
     }
@@ -426,7 +432,7 @@ impl NodeShared {
         hello.src_node = from.node;
         hello.src_ep = from.ep;
         hello.dst_ep = to.ep;
-        let port = self.hello(&mut s, hello, None, to)?;
+        let port = self.hello(&mut s, hello, &[], to)?;
         if port == 0 || port > u64::from(u16::MAX) {
             return Err(Error::Unreachable {
                 node: to.node,
@@ -437,11 +443,11 @@ impl NodeShared {
     }
 
     /// The initiator's side of the handshake (see [`handshake`]).
-    fn hello<S>(&self, s: &mut S, hello: Header, segment: Option<&File>, to: Addr) -> Result<u64>
+    fn hello<S>(&self, s: &mut S, hello: Header, fds: &[BorrowedFd<'_>], to: Addr) -> Result<u64>
     where
         S: Read + Write + AsRawFd + AsFd,
     {
-        initiate(s, &self.key, hello, segment, to)
+        initiate(s, &self.key, hello, fds, to)
     }
 }
 
@@ -453,10 +459,10 @@ impl NodeShared {
 /// themselves.
 pub fn handshake(s: &mut TcpStream, key: &Key, hello: Header) -> Result<u64> {
     let to = Addr::new(0, hello.dst_ep);
-    initiate(s, key, hello, None, to)
+    initiate(s, key, hello, &[], to)
 }
 
-fn initiate<S>(s: &mut S, key: &Key, hello: Header, segment: Option<&File>, to: Addr) -> Result<u64>
+fn initiate<S>(s: &mut S, key: &Key, hello: Header, fds: &[BorrowedFd<'_>], to: Addr) -> Result<u64>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
@@ -480,12 +486,11 @@ where
     let mut msg = [0u8; HEADER_LEN + PROOF_LEN];
     msg[..HEADER_LEN].copy_from_slice(&hb);
     msg[HEADER_LEN..].copy_from_slice(&proof.encode());
-    match segment {
-        Some(f) => {
-            t.ready(sys::Interest::Write)?;
-            memfd::send_with_fd(&*t.stream, &msg, f)?;
-        }
-        None => t.write_all(&msg)?,
+    if fds.is_empty() {
+        t.write_all(&msg)?;
+    } else {
+        t.ready(sys::Interest::Write)?;
+        memfd::send_with_fds(&*t.stream, &msg, fds)?;
     }
     let mut a = [0u8; HEADER_LEN];
     t.read_exact(&mut a)?;
@@ -579,12 +584,16 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 rustix::net::sockopt::socket_peercred(&s).map_or(u32::MAX, |c| c.uid.as_raw());
             let pass = shared.gate.enter(Source::Uid(uid), &s)?;
             let sock = s.try_clone()?;
-            greet(shared, &mut s, pass.until, true, move |h, fd| {
-                let fd = fd.ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, "no segment came with the hello")
-                })?;
-                let map = ShmStream::open(fd, h.total as usize)?;
-                let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock)?;
+            greet(shared, &mut s, pass.until, true, move |h, fds| {
+                let [Some(segment), Some(hear), Some(ring)] = fds else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "no segment and doorbells came with the hello",
+                    ));
+                };
+                let map = ShmStream::open(segment, h.total as usize)?;
+                let bells = Bells::from_peer([hear, ring])?;
+                let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock, bells)?;
                 Ok(Dialled::Shm(stream))
             })
         }
@@ -599,13 +608,13 @@ fn greet<S>(
     s: &mut S,
     until: Instant,
     unix: bool,
-    make: impl FnOnce(&Header, Option<OwnedFd>) -> io::Result<Dialled>,
+    make: impl FnOnce(&Header, HelloFds) -> io::Result<Dialled>,
 ) -> io::Result<()>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
     let mut t = Timed { stream: s, until };
-    let (heard, inbox, fd) = match hear_hello(shared, &mut t, unix)? {
+    let (heard, inbox, fds) = match hear_hello(shared, &mut t, unix)? {
         Some(h) => h,
         None => return Ok(()),
     };
@@ -624,7 +633,7 @@ where
         (true, Some(side)) if !unix => Some(side.clone()),
         (true, _) => return refuse(&mut t, Refusal::Unsupported),
     };
-    let stream = match make(&h, fd) {
+    let stream = match make(&h, fds) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("refusing a connection from {peer}: {e}");
@@ -682,7 +691,7 @@ fn hear_hello<S>(
     shared: &NodeShared,
     t: &mut Timed<'_, S>,
     unix: bool,
-) -> io::Result<Option<(Heard, Arc<Inbox>, Option<OwnedFd>)>>
+) -> io::Result<Option<(Heard, Arc<Inbox>, HelloFds)>>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
@@ -690,7 +699,7 @@ where
         nonce: key::nonce()?,
     };
     t.write_all(&challenge.encode())?;
-    let (msg, fd) = read_hello(t, unix)?;
+    let (msg, fds) = read_hello(t, unix)?;
     let heard = match check(&shared.key, &challenge.nonce, &msg) {
         Ok(h) => h,
         Err(why) => return refuse(t, why).map(|()| None),
@@ -714,7 +723,7 @@ where
         tracing::info!("endpoint {}: refused {peer}: not of its session", h.dst_ep);
         return refuse(t, Refusal::OtherSession).map(|()| None);
     }
-    Ok(Some((heard, inbox, fd)))
+    Ok(Some((heard, inbox, fds)))
 }
 
 /// A hello whose proof was checked, waiting for its answer.
@@ -816,30 +825,40 @@ pub fn hear(
 
 /// Reads a hello and its proof, and over a unix socket the descriptor that
 /// came with them.
-fn read_hello<S>(t: &mut Timed<'_, S>, unix: bool) -> io::Result<(HelloMsg, Option<OwnedFd>)>
+fn read_hello<S>(t: &mut Timed<'_, S>, unix: bool) -> io::Result<(HelloMsg, HelloFds)>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
     let mut msg = [0u8; HEADER_LEN + PROOF_LEN];
+    let mut fds = HelloFds::default();
     if !unix {
         t.read_exact(&mut msg)?;
-        return Ok((msg, None));
+        return Ok((msg, fds));
     }
     let mut got = 0;
-    let mut fd = None;
+    let mut kept = 0;
     while got < msg.len() {
         t.ready(sys::Interest::Read)?;
-        match memfd::recv_with_fd(&*t.stream, &mut msg[got..])? {
-            Some((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Some((n, f)) => {
-                got += n;
-                fd = fd.or(f);
+        // The first descriptors that come are kept, in order; any more
+        // are closed.
+        let take = |fd| {
+            if let Some(slot) = fds.get_mut(kept) {
+                *slot = Some(fd);
+                kept += 1;
             }
+        };
+        match memfd::recv_with_fds(&*t.stream, &mut msg[got..], take)? {
+            Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Some(n) => got += n,
             None => {}
         }
     }
-    Ok((msg, fd))
+    Ok((msg, fds))
 }
+
+/// The descriptors a hello over a unix socket brings: the segment, then
+/// the acceptor's ends of the doorbells (see [`Bells::pair`]).
+type HelloFds = [Option<OwnedFd>; 3];
 
 /// A hello header and its proof, as they arrived.
 type HelloMsg = [u8; HEADER_LEN + PROOF_LEN];

@@ -12,7 +12,7 @@ use rustix::net::{
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// A new sealed memfd of `len` zero bytes.
 pub(crate) fn sealed(name: &str, len: usize) -> io::Result<File> {
@@ -40,10 +40,22 @@ pub(crate) fn check_sealed(fd: OwnedFd, len: usize) -> io::Result<File> {
 
 /// Sends `bytes` with `fd` attached; the whole of `bytes` or an error.
 pub(crate) fn send_with_fd(sock: impl AsFd, bytes: &[u8], fd: impl AsFd) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    send_with_fds(sock, bytes, &[fd.as_fd()])
+}
+
+/// Most descriptors sent or taken with one message.
+pub(crate) const MAX_FDS: usize = 4;
+
+/// Sends `bytes` with `fds` (at most [`MAX_FDS`]) attached; the whole of
+/// `bytes` or an error.
+pub(crate) fn send_with_fds(
+    sock: impl AsFd,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
-    let fds = [fd.as_fd()];
-    if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+    if fds.len() > MAX_FDS || !cmsg.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("no room for a descriptor"));
     }
     let n = rustix::net::sendmsg(
@@ -68,7 +80,25 @@ pub(crate) fn recv_with_fd(
     sock: impl AsFd,
     buf: &mut [u8],
 ) -> io::Result<Option<(usize, Option<OwnedFd>)>> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut first = None;
+    let got = recv_with_fds(sock, buf, |fd| {
+        if first.is_none() {
+            first = Some(fd);
+        }
+    })?;
+    Ok(got.map(|n| (n, first)))
+}
+
+/// Receives into `buf`, and hands each descriptor that came with those
+/// bytes (at most [`MAX_FDS`]; the kernel closes any beyond) to `take`.
+/// `Ok(None)` when a non-blocking socket has nothing; `Ok(Some(0))` at end
+/// of stream.
+pub(crate) fn recv_with_fds(
+    sock: impl AsFd,
+    buf: &mut [u8],
+    mut take: impl FnMut(OwnedFd),
+) -> io::Result<Option<usize>> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let got = match rustix::net::recvmsg(
         &sock,
@@ -81,17 +111,12 @@ pub(crate) fn recv_with_fd(
         Err(rustix::io::Errno::INTR) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let mut first = None;
     for m in cmsg.drain() {
         if let RecvAncillaryMessage::ScmRights(fds) = m {
-            for fd in fds {
-                if first.is_none() {
-                    first = Some(fd);
-                }
-            }
+            fds.for_each(&mut take);
         }
     }
-    Ok(Some((got.bytes, first)))
+    Ok(Some(got.bytes))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Shared-memory transport: two single-producer single-consumer byte rings in
-//! one mapping, plus a unix socket for wake-ups and liveness.
+//! one mapping, a pipe each way for wake-ups and liveness, and a unix
+//! socket for descriptors.
 //!
 //! ```text
 //!  segment file (tmpfs), mapped by both processes
@@ -7,7 +8,8 @@
 //!  │ ctrl 0   │ ctrl 1   │ ring 0 data    │ ring 1 data    │
 //!  │ (→acc.)  │ (→init.) │ initiator ─►   │ ◄─ acceptor    │
 //!  └──────────┴──────────┴─────────── … ──┴─────────── … ──┘
-//!  unix socket: 1-byte doorbells to a side that sleeps; EOF = peer gone
+//!  pipes: 1-byte doorbells to a side that sleeps; EOF = peer gone
+//!  unix socket: the segment and the pipes' ends at the hello, then regions
 //! ```
 //!
 //! The segment is a sealed memfd the initiator creates and sends over the
@@ -17,8 +19,8 @@
 //!
 //! The polling path is a relaxed/acquire/release dance on two counters: no
 //! lock, no allocation and no system call. A side that wants to sleep raises
-//! its flag, re-checks the ring, and waits on the socket; the other side
-//! rings the doorbell only when it sees that flag.
+//! its flag, re-checks the ring, and waits on its pipe; the other side
+//! rings the doorbell only when it sees that flag (see [`bell`]).
 //!
 //! Beside each ring's counters sits its offer block: a reader asleep on a
 //! large message offers its buffer there, and the sender copies the message
@@ -34,7 +36,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+mod bell;
 mod rendezvous;
+
+pub(crate) use bell::Bells;
 
 use super::memfd;
 use super::offer::{OfferCtrl, Offers};
@@ -122,10 +127,11 @@ pub(crate) struct ShmStream {
     rx_offer: *const OfferCtrl,
     offers: Offers,
     sock: UnixStream,
+    bells: Bells,
     peer_gone: bool,
-    /// The sleep's `poll` found nothing on the socket: the end of the sleep
+    /// The sleep's `poll` found nothing on the pipe: the end of the sleep
     /// need not read it.
-    sock_quiet: bool,
+    bell_quiet: bool,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
     fds: VecDeque<OwnedFd>,
 }
@@ -157,8 +163,15 @@ impl ShmStream {
         MmapRaw::map_raw(&file)
     }
 
-    /// Wraps a mapped segment and the connected socket into a stream.
-    pub(crate) fn new(map: MmapRaw, cap: usize, side: Side, sock: UnixStream) -> io::Result<Self> {
+    /// Wraps a mapped segment, the connected socket and the doorbells into
+    /// a stream.
+    pub(crate) fn new(
+        map: MmapRaw,
+        cap: usize,
+        side: Side,
+        sock: UnixStream,
+        bells: Bells,
+    ) -> io::Result<Self> {
         if segment_len(cap) != Some(map.len()) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "bad segment"));
         }
@@ -209,8 +222,9 @@ impl ShmStream {
             rx_tail_seen: 0,
             rx_published: 0,
             sock,
+            bells,
             peer_gone: false,
-            sock_quiet: false,
+            bell_quiet: false,
             fds: VecDeque::new(),
             _map: map,
         })
@@ -371,9 +385,7 @@ impl ShmStream {
 
     fn ring_doorbell(&self, flag: &AtomicU32) {
         if flag.swap(0, Ordering::AcqRel) != 0 {
-            // A full socket buffer already holds a wake-up; errors show up as
-            // EOF on the next drain.
-            let _ = sys::send_vectored(self.sock.as_raw_fd(), &[IoSlice::new(&[1])]);
+            self.bells.ring();
         }
     }
 
@@ -404,26 +416,33 @@ impl ShmStream {
         full && !self.peer_gone
     }
 
-    /// Ends a sleep: lowers the flags and reads pending doorbells, which also
-    /// notices a peer that has gone; no system call when the sleep's `poll`
-    /// found the socket quiet (a peer that goes makes it readable).
+    /// Ends a sleep: lowers the flags and takes pending doorbells, which
+    /// also notices a peer that has gone; no system call when the sleep's
+    /// `poll` found the pipe quiet (a peer that goes makes it readable).
     pub(crate) fn disarm(&mut self) {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
-        if !std::mem::take(&mut self.sock_quiet) {
+        if !std::mem::take(&mut self.bell_quiet) {
             self.check_alive();
         }
     }
 
-    /// The sleep's `poll` found nothing on the socket.
+    /// The sleep's `poll` found nothing on the pipe.
     pub(crate) fn quiet(&mut self) {
-        self.sock_quiet = true;
+        self.bell_quiet = true;
     }
 
-    /// Reads doorbells (and descriptors) off the socket; EOF or reset
-    /// marks the peer gone.
+    /// Takes doorbells off the pipe; its end marks the peer gone.
     pub(crate) fn check_alive(&mut self) {
         self.publish_head();
+        if self.bells.hear() == bell::Heard::Gone {
+            self.peer_gone = true;
+        }
+    }
+
+    /// Reads the descriptors the peer sent off the socket; EOF or reset
+    /// marks the peer gone.
+    fn take_fds(&mut self) {
         let mut buf = [0u8; 64];
         loop {
             match memfd::recv_with_fd(&self.sock, &mut buf) {
@@ -468,13 +487,13 @@ impl ShmStream {
 
     /// The oldest descriptor the peer sent and we have not taken yet.
     pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
-        self.check_alive();
+        self.take_fds();
         self.fds.pop_front()
     }
 
-    /// The socket to poll while sleeping.
+    /// The pipe to poll while sleeping.
     pub(crate) fn raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+        self.bells.fd()
     }
 }
 
@@ -606,8 +625,10 @@ mod tests {
         let (f, map_a) = ShmStream::create(cap).unwrap();
         let map_b = ShmStream::open(OwnedFd::from(f), cap).unwrap();
         let (sa, sb) = UnixStream::pair().unwrap();
-        let a = ShmStream::new(map_a, cap, Side::Initiator, sa).unwrap();
-        let b = ShmStream::new(map_b, cap, Side::Acceptor, sb).unwrap();
+        let (bells_a, ends) = Bells::pair().unwrap();
+        let bells_b = Bells::from_peer(ends).unwrap();
+        let a = ShmStream::new(map_a, cap, Side::Initiator, sa, bells_a).unwrap();
+        let b = ShmStream::new(map_b, cap, Side::Acceptor, sb, bells_b).unwrap();
         (a, b, ())
     }
 
@@ -755,7 +776,7 @@ mod tests {
         assert!(small.iter().all(|&x| x == 0));
     }
 
-    /// Whether a doorbell waits on the socket `fd`.
+    /// Whether a doorbell waits on the pipe `fd`.
     fn rung(fd: RawFd) -> bool {
         let mut p = [sys::pollfd(fd, sys::Interest::Read)];
         let short = std::time::Duration::from_millis(100);
@@ -763,7 +784,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sleep_that_found_the_socket_quiet_ends_without_reading_it() {
+    fn a_sleep_that_found_the_pipe_quiet_ends_without_reading_it() {
         let (mut a, mut b, _d) = pair(4096);
         assert!(b.arm_read());
         a.try_write(&[IoSlice::new(b"x")]).unwrap();

@@ -86,17 +86,16 @@ impl Drop for Watchdog {
     }
 }
 
-/// Sends `bytes` over a unix socket with `fd` attached.
-pub fn send_with_fd(
+/// Sends `bytes` over a unix socket with `fds` (up to 4) attached.
+pub fn send_with_fds(
     s: &mut std::os::unix::net::UnixStream,
     bytes: &[u8],
-    fd: std::os::fd::BorrowedFd<'_>,
+    fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<()> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
-    let fds = [fd];
-    assert!(cmsg.push(SendAncillaryMessage::ScmRights(&fds)));
+    assert!(cmsg.push(SendAncillaryMessage::ScmRights(fds)));
     let n = rustix::net::sendmsg(
         &*s,
         &[std::io::IoSlice::new(bytes)],

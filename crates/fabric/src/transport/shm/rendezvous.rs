@@ -9,7 +9,6 @@
 //! ```
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Instant;
 
@@ -207,7 +206,7 @@ impl ShmStream {
         fence(Ordering::SeqCst);
         if self.rx_offer().words.state.load(Ordering::Acquire) == busy {
             let nap = std::time::Duration::from_millis(1);
-            let _ = sys::wait_fd(self.sock.as_raw_fd(), Interest::Read, nap);
+            let _ = sys::wait_fd(self.bells.fd(), Interest::Read, nap);
         }
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.check_alive();
@@ -249,7 +248,7 @@ impl ShmStream {
                 self.tx_offer().want.store(0, Ordering::Relaxed);
                 return Ok(s);
             }
-            sys::wait_fd(self.sock.as_raw_fd(), Interest::Read, left)?;
+            sys::wait_fd(self.bells.fd(), Interest::Read, left)?;
             self.check_alive();
         }
     }

@@ -1,0 +1,228 @@
+//! The doorbells of a shared-memory connection: a pipe each way. A side
+//! sleeps on the read end of its own pipe and rings the peer by writing a
+//! byte into the peer's; the read end also hears the peer go, as the end of
+//! the pipe, when the peer's process closes its write end or dies.
+//!
+//! ```text
+//!  initiator                                   acceptor
+//!   hears ◄── pipe I ◄── rings (write end sent)
+//!   rings ──► pipe A ──► hears (read end sent)
+//!  both pipes made by the initiator; the acceptor's two ends go with the hello
+//! ```
+//!
+//! A byte in a pipe is cheaper to send and to take than one over the unix
+//! socket (no buffer is allocated for it, none freed): measured here in a
+//! bare pair of threads, the woken side's CPU a wake-up came down by about
+//! 1 µs, the waker's call by about 0.6 µs. The socket still carries the
+//! descriptors of regions.
+//!
+//! Both ends came from, or went to, another process that can change their
+//! flags (a file's status flags belong to it, not to a descriptor): every
+//! read and write here asks not to wait for itself (`RWF_NOWAIT`), so a
+//! peer that made its pipe blocking, or filled it, cannot hold us up.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+/// How a look at the pipe went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// Nothing was rung.
+    Quiet,
+    /// The peer rang (once or more).
+    Rung,
+    /// The peer's write end is closed: the peer is gone.
+    Gone,
+}
+
+/// One side's doorbells: the read end it sleeps on and the write end of
+/// the peer's.
+#[derive(Debug)]
+pub(crate) struct Bells {
+    hear: OwnedFd,
+    ring: OwnedFd,
+}
+
+/// The acceptor's ends, as the initiator sends them: the read end of its
+/// own pipe, then the write end of the initiator's.
+pub(crate) type PeerEnds = [OwnedFd; 2];
+
+impl Bells {
+    /// The initiator's doorbells and the ends that go to the acceptor.
+    pub(crate) fn pair() -> io::Result<(Bells, PeerEnds)> {
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (i_read, i_write) = rustix::pipe::pipe_with(flags)?;
+        let (a_read, a_write) = rustix::pipe::pipe_with(flags)?;
+        let ours = Bells {
+            hear: i_read,
+            ring: a_write,
+        };
+        Ok((ours, [a_read, i_write]))
+    }
+
+    /// The acceptor's doorbells, from the ends the initiator sent, after
+    /// checking that they are the read end and the write end of pipes.
+    pub(crate) fn from_peer([hear, ring]: PeerEnds) -> io::Result<Bells> {
+        check_end(&hear, rustix::fs::OFlags::RDONLY, "read")?;
+        check_end(&ring, rustix::fs::OFlags::WRONLY, "write")?;
+        Ok(Bells { hear, ring })
+    }
+
+    /// The descriptor to sleep on.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.hear.as_raw_fd()
+    }
+
+    /// Rings the peer. A full pipe already holds a wake-up; a write end
+    /// whose reader is gone fails, which the next look at ours hears.
+    pub(crate) fn ring(&self) {
+        let _ = nowait(&self.ring, Op::Write(&[1]));
+    }
+
+    /// Takes what was rung, and hears whether the peer is gone.
+    pub(crate) fn hear(&self) -> Heard {
+        let mut buf = [0u8; 64];
+        let mut heard = Heard::Quiet;
+        // A peer rings at most once a flag it sees raised: a few reads
+        // empty the pipe; a bound keeps a peer that rings without end
+        // from holding this one here.
+        for _ in 0..64 {
+            match nowait(&self.hear, Op::Read(&mut buf)) {
+                Ok(0) => return Heard::Gone,
+                Ok(n) => {
+                    heard = Heard::Rung;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Heard::Gone,
+            }
+        }
+        heard
+    }
+}
+
+/// What a call of [`nowait`] does.
+enum Op<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+/// One read or write of a pipe that does not wait whatever the pipe's
+/// flags (`RWF_NOWAIT`); where the kernel does not take that flag for a
+/// pipe, a plain call, on a pipe we made non-blocking.
+fn nowait(fd: &OwnedFd, op: Op<'_>) -> io::Result<usize> {
+    let raw = fd.as_raw_fd();
+    let n = match &op {
+        Op::Read(buf) => {
+            let iov = libc::iovec {
+                iov_base: buf.as_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: `iov` names `buf`, writable and alive for the call;
+            // offset -1 is the file's own position, as a pipe needs.
+            unsafe { libc::preadv2(raw, &iov, 1, -1, libc::RWF_NOWAIT) }
+        }
+        Op::Write(buf) => {
+            let iov = libc::iovec {
+                iov_base: buf.as_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: `iov` names `buf`, alive for the call, which only
+            // reads it; offset -1 as above.
+            unsafe { libc::pwritev2(raw, &iov, 1, -1, libc::RWF_NOWAIT) }
+        }
+    };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
+    }
+    // An older kernel: the pipe's own flag, which we set.
+    let _ = rustix::fs::fcntl_setfl(
+        fd.as_fd(),
+        rustix::fs::fcntl_getfl(fd.as_fd())? | rustix::fs::OFlags::NONBLOCK,
+    );
+    match op {
+        Op::Read(buf) => Ok(rustix::io::read(fd, buf)?),
+        Op::Write(buf) => Ok(rustix::io::write(fd, buf)?),
+    }
+}
+
+/// Checks that a descriptor the peer sent is the `what` end of a pipe.
+fn check_end(fd: &OwnedFd, mode: rustix::fs::OFlags, what: &str) -> io::Result<()> {
+    let refuse = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the peer's doorbell is not the {what} end of a pipe"),
+        )
+    };
+    let st = rustix::fs::fstat(fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo {
+        return Err(refuse());
+    }
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    if flags & rustix::fs::OFlags::RWMODE != mode {
+        return Err(refuse());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_is_heard_once_and_a_closed_end_as_the_peer_gone() {
+        let (a, [hear, ring]) = Bells::pair().unwrap();
+        let b = Bells::from_peer([hear, ring]).unwrap();
+        assert_eq!(a.hear(), Heard::Quiet);
+        assert_eq!(b.hear(), Heard::Quiet);
+        a.ring();
+        a.ring();
+        assert_eq!(b.hear(), Heard::Rung, "two rings, one wake-up");
+        assert_eq!(b.hear(), Heard::Quiet);
+        assert_eq!(a.hear(), Heard::Quiet, "each side rings the other");
+        b.ring();
+        assert_eq!(a.hear(), Heard::Rung);
+        drop(a);
+        assert_eq!(b.hear(), Heard::Gone);
+    }
+
+    #[test]
+    fn a_full_pipe_made_blocking_by_the_peer_does_not_hold_the_ringer() {
+        let (a, [hear, ring]) = Bells::pair().unwrap();
+        // The peer clears the flag on the file both share, and never reads.
+        rustix::fs::fcntl_setfl(&hear, rustix::fs::OFlags::empty()).unwrap();
+        rustix::fs::fcntl_setfl(&a.ring, rustix::fs::OFlags::empty()).unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..100_000 {
+            a.ring();
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(20));
+        let b = Bells::from_peer([hear, ring]).unwrap();
+        // A blocking read end is read without waiting too.
+        assert_eq!(b.hear(), Heard::Rung);
+        let mut rest = 0;
+        while b.hear() == Heard::Rung {
+            rest += 1;
+            assert!(rest < 10_000, "the pipe drains");
+        }
+    }
+
+    #[test]
+    fn ends_that_are_not_pipe_ends_are_refused() {
+        let (_a, [hear, ring]) = Bells::pair().unwrap();
+        let file = OwnedFd::from(tempfile::tempfile().unwrap());
+        let e = Bells::from_peer([file, ring]).unwrap_err();
+        assert!(e.to_string().contains("read end"), "{e}");
+        // The ends swapped: a write end where the read end goes.
+        let (_a, [hear2, ring2]) = Bells::pair().unwrap();
+        assert!(Bells::from_peer([ring2, hear2]).is_err());
+        drop(hear);
+    }
+}
