@@ -334,7 +334,7 @@ fn raw_hello(dir: &std::path::Path, ring: u64, fds: &[BorrowedFd<'_>]) -> (UnixS
 struct RawBells {
     ring: OwnedFd,
     _hear: OwnedFd,
-    theirs: [OwnedFd; 2],
+    theirs: [OwnedFd; 3],
 }
 
 fn raw_bells() -> RawBells {
@@ -342,16 +342,16 @@ fn raw_bells() -> RawBells {
     let (a_read, ring) = rustix::pipe::pipe().unwrap();
     RawBells {
         ring,
+        theirs: [a_read, i_write, hear.try_clone().unwrap()],
         _hear: hear,
-        theirs: [a_read, i_write],
     }
 }
 
 /// A shared-memory hello by hand with `segment` and pipes for doorbells.
 fn raw_shm(dir: &std::path::Path, ring: u64, segment: impl AsFd) -> (UnixStream, Header, RawBells) {
     let bells = raw_bells();
-    let [a, b] = &bells.theirs;
-    let fds = [segment.as_fd(), a.as_fd(), b.as_fd()];
+    let [a, b, c] = &bells.theirs;
+    let fds = [segment.as_fd(), a.as_fd(), b.as_fd(), c.as_fd()];
     let (u, ans) = raw_hello(dir, ring, &fds);
     (u, ans, bells)
 }
@@ -397,11 +397,16 @@ fn a_hostile_shared_memory_peer_is_refused_or_dropped_and_the_node_lives() {
     );
     let RawBells {
         ring: w,
-        theirs: [r, _],
+        theirs: [r, iw, ir],
         ..
     } = raw_bells();
-    for doorbells in [[w.as_fd(), r.as_fd()], [sealed.as_fd(), w.as_fd()]] {
-        let fds = [sealed.as_fd(), doorbells[0], doorbells[1]];
+    for doorbells in [
+        [w.as_fd(), iw.as_fd(), ir.as_fd()],
+        [sealed.as_fd(), iw.as_fd(), ir.as_fd()],
+        // The read end to keep is not of the pipe rung.
+        [r.as_fd(), iw.as_fd(), r.as_fd()],
+    ] {
+        let fds = [sealed.as_fd(), doorbells[0], doorbells[1], doorbells[2]];
         assert_eq!(
             raw_hello(dir.path(), ring, &fds).1.kind,
             FrameKind::HelloRefused

@@ -322,14 +322,14 @@ impl NodeShared {
                     _ => e.into(),
                 })?;
                 let (segment, map) = ShmStream::create(self.ring)?;
-                let (bells, [hear, ring]) = Bells::pair()?;
+                let (bells, [hear, ring, keep]) = Bells::pair()?;
                 hello.total = self.ring as u64;
                 // The acceptor's ends of the doorbells go with the segment,
                 // and this side keeps no copy of them: a pipe's end is the
                 // peer gone only when no one else holds its other end.
-                let fds = [segment.as_fd(), hear.as_fd(), ring.as_fd()];
+                let fds = [segment.as_fd(), hear.as_fd(), ring.as_fd(), keep.as_fd()];
                 self.hello(&mut s, hello, &fds, to)?;
-                drop((hear, ring));
+                drop((hear, ring, keep));
                 Ok(Dialled::Shm(ShmStream::new(
                     map,
                     self.ring,
@@ -585,14 +585,14 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
             let pass = shared.gate.enter(Source::Uid(uid), &s)?;
             let sock = s.try_clone()?;
             greet(shared, &mut s, pass.until, true, move |h, fds| {
-                let [Some(segment), Some(hear), Some(ring)] = fds else {
+                let [Some(segment), Some(hear), Some(ring), Some(keep)] = fds else {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "no segment and doorbells came with the hello",
                     ));
                 };
                 let map = ShmStream::open(segment, h.total as usize)?;
-                let bells = Bells::from_peer([hear, ring])?;
+                let bells = Bells::from_peer([hear, ring, keep])?;
                 let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock, bells)?;
                 Ok(Dialled::Shm(stream))
             })
@@ -858,7 +858,7 @@ where
 
 /// The descriptors a hello over a unix socket brings: the segment, then
 /// the acceptor's ends of the doorbells (see [`Bells::pair`]).
-type HelloFds = [Option<OwnedFd>; 3];
+type HelloFds = [Option<OwnedFd>; 4];
 
 /// A hello header and its proof, as they arrived.
 type HelloMsg = [u8; HEADER_LEN + PROOF_LEN];

@@ -5,9 +5,9 @@
 //!
 //! ```text
 //!  initiator                                   acceptor
-//!   hears ◄── pipe I ◄── rings (write end sent)
+//!   hears ◄── pipe I ◄── rings (write end sent; and a read end, kept)
 //!   rings ──► pipe A ──► hears (read end sent)
-//!  both pipes made by the initiator; the acceptor's two ends go with the hello
+//!  both pipes made by the initiator; the acceptor's three ends go with the hello
 //! ```
 //!
 //! A byte in a pipe is cheaper to send and to take than one over the unix
@@ -15,6 +15,11 @@
 //! bare pair of threads, the woken side's CPU a wake-up came down by about
 //! 1 µs, the waker's call by about 0.6 µs. The socket still carries the
 //! descriptors of regions.
+//!
+//! A write into a pipe that has no reader left raises `SIGPIPE`, which
+//! ends a process that has not set it aside (a C program using the
+//! library): each side also holds the read end of the pipe it rings, so a
+//! ring into the pipe of a peer that died fills a buffer instead.
 //!
 //! Both ends came from, or went to, another process that can change their
 //! flags (a file's status flags belong to it, not to a descriptor): every
@@ -41,11 +46,15 @@ pub(crate) enum Heard {
 pub(crate) struct Bells {
     hear: OwnedFd,
     ring: OwnedFd,
+    /// A read end of the pipe `ring` writes into, never read: the pipe
+    /// keeps a reader after the peer is gone.
+    _keep: OwnedFd,
 }
 
 /// The acceptor's ends, as the initiator sends them: the read end of its
-/// own pipe, then the write end of the initiator's.
-pub(crate) type PeerEnds = [OwnedFd; 2];
+/// own pipe, then the write end of the initiator's and a read end of it
+/// to keep.
+pub(crate) type PeerEnds = [OwnedFd; 3];
 
 impl Bells {
     /// The initiator's doorbells and the ends that go to the acceptor.
@@ -54,18 +63,30 @@ impl Bells {
         let (i_read, i_write) = rustix::pipe::pipe_with(flags)?;
         let (a_read, a_write) = rustix::pipe::pipe_with(flags)?;
         let ours = Bells {
-            hear: i_read,
+            _keep: a_read.try_clone()?,
+            hear: i_read.try_clone()?,
             ring: a_write,
         };
-        Ok((ours, [a_read, i_write]))
+        Ok((ours, [a_read, i_write, i_read]))
     }
 
     /// The acceptor's doorbells, from the ends the initiator sent, after
-    /// checking that they are the read end and the write end of pipes.
-    pub(crate) fn from_peer([hear, ring]: PeerEnds) -> io::Result<Bells> {
+    /// checking that they are the read end and the write end of pipes,
+    /// and that the end to keep reads the pipe it rings.
+    pub(crate) fn from_peer([hear, ring, keep]: PeerEnds) -> io::Result<Bells> {
         check_end(&hear, rustix::fs::OFlags::RDONLY, "read")?;
-        check_end(&ring, rustix::fs::OFlags::WRONLY, "write")?;
-        Ok(Bells { hear, ring })
+        let rung = check_end(&ring, rustix::fs::OFlags::WRONLY, "write")?;
+        if check_end(&keep, rustix::fs::OFlags::RDONLY, "read")? != rung {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer's doorbell came without a read end of its pipe",
+            ));
+        }
+        Ok(Bells {
+            hear,
+            ring,
+            _keep: keep,
+        })
     }
 
     /// The descriptor to sleep on.
@@ -153,8 +174,9 @@ fn nowait(fd: &OwnedFd, op: Op<'_>) -> io::Result<usize> {
     }
 }
 
-/// Checks that a descriptor the peer sent is the `what` end of a pipe.
-fn check_end(fd: &OwnedFd, mode: rustix::fs::OFlags, what: &str) -> io::Result<()> {
+/// Checks that a descriptor the peer sent is the `what` end of a pipe;
+/// returns which pipe (its device and inode, shared by its ends).
+fn check_end(fd: &OwnedFd, mode: rustix::fs::OFlags, what: &str) -> io::Result<(u64, u64)> {
     let refuse = || {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -169,7 +191,7 @@ fn check_end(fd: &OwnedFd, mode: rustix::fs::OFlags, what: &str) -> io::Result<(
     if flags & rustix::fs::OFlags::RWMODE != mode {
         return Err(refuse());
     }
-    Ok(())
+    Ok((st.st_dev, st.st_ino))
 }
 
 #[cfg(test)]
@@ -178,8 +200,8 @@ mod tests {
 
     #[test]
     fn a_ring_is_heard_once_and_a_closed_end_as_the_peer_gone() {
-        let (a, [hear, ring]) = Bells::pair().unwrap();
-        let b = Bells::from_peer([hear, ring]).unwrap();
+        let (a, ends) = Bells::pair().unwrap();
+        let b = Bells::from_peer(ends).unwrap();
         assert_eq!(a.hear(), Heard::Quiet);
         assert_eq!(b.hear(), Heard::Quiet);
         a.ring();
@@ -191,11 +213,17 @@ mod tests {
         assert_eq!(a.hear(), Heard::Rung);
         drop(a);
         assert_eq!(b.hear(), Heard::Gone);
+        // The pipe of the peer gone keeps a reader: a ring into it is
+        // written, not refused with `SIGPIPE` and `EPIPE`.
+        assert_eq!(nowait(&b.ring, Op::Write(&[1])).unwrap(), 1);
+        let (a, ends) = Bells::pair().unwrap();
+        drop(Bells::from_peer(ends).unwrap());
+        assert_eq!(nowait(&a.ring, Op::Write(&[1])).unwrap(), 1);
     }
 
     #[test]
     fn a_full_pipe_made_blocking_by_the_peer_does_not_hold_the_ringer() {
-        let (a, [hear, ring]) = Bells::pair().unwrap();
+        let (a, [hear, ring, keep]) = Bells::pair().unwrap();
         // The peer clears the flag on the file both share, and never reads.
         rustix::fs::fcntl_setfl(&hear, rustix::fs::OFlags::empty()).unwrap();
         rustix::fs::fcntl_setfl(&a.ring, rustix::fs::OFlags::empty()).unwrap();
@@ -204,7 +232,7 @@ mod tests {
             a.ring();
         }
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
-        let b = Bells::from_peer([hear, ring]).unwrap();
+        let b = Bells::from_peer([hear, ring, keep]).unwrap();
         // A blocking read end is read without waiting too.
         assert_eq!(b.hear(), Heard::Rung);
         let mut rest = 0;
@@ -216,13 +244,16 @@ mod tests {
 
     #[test]
     fn ends_that_are_not_pipe_ends_are_refused() {
-        let (_a, [hear, ring]) = Bells::pair().unwrap();
+        let (_a, [hear, ring, keep]) = Bells::pair().unwrap();
         let file = OwnedFd::from(tempfile::tempfile().unwrap());
-        let e = Bells::from_peer([file, ring]).unwrap_err();
+        let e = Bells::from_peer([file, ring, keep]).unwrap_err();
         assert!(e.to_string().contains("read end"), "{e}");
         // The ends swapped: a write end where the read end goes.
-        let (_a, [hear2, ring2]) = Bells::pair().unwrap();
-        assert!(Bells::from_peer([ring2, hear2]).is_err());
-        drop(hear);
+        let (_b, [hear2, ring2, keep2]) = Bells::pair().unwrap();
+        assert!(Bells::from_peer([ring2, hear2, keep2]).is_err());
+        // A read end to keep of another pipe than the one rung.
+        let (_c, [hear3, ring3, _]) = Bells::pair().unwrap();
+        let e = Bells::from_peer([hear3, ring3, hear]).unwrap_err();
+        assert!(e.to_string().contains("without a read end"), "{e}");
     }
 }
