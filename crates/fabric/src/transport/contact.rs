@@ -823,8 +823,8 @@ pub fn hear(
     }
 }
 
-/// Reads a hello and its proof, and over a unix socket the descriptor that
-/// came with them.
+/// Reads a hello and its proof, and over a unix socket the descriptors
+/// that came with them.
 fn read_hello<S>(t: &mut Timed<'_, S>, unix: bool) -> io::Result<(HelloMsg, HelloFds)>
 where
     S: Read + Write + AsRawFd + AsFd,

@@ -27,7 +27,8 @@
 //! peer that made its pipe blocking, or filled it, cannot hold us up.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a look at the pipe went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,11 @@ impl Bells {
     pub(crate) fn from_peer([hear, ring, keep]: PeerEnds) -> io::Result<Bells> {
         check_end(&hear, rustix::fs::OFlags::RDONLY, "read")?;
         let rung = check_end(&ring, rustix::fs::OFlags::WRONLY, "write")?;
+        // For a kernel that reads and writes pipes only as their flags say.
+        for end in [&hear, &ring] {
+            let flags = rustix::fs::fcntl_getfl(end)?;
+            rustix::fs::fcntl_setfl(end, flags | rustix::fs::OFlags::NONBLOCK)?;
+        }
         if check_end(&keep, rustix::fs::OFlags::RDONLY, "read")? != rung {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -131,10 +137,17 @@ enum Op<'a> {
     Write(&'a [u8]),
 }
 
+/// The kernel refused `RWF_NOWAIT` on a pipe once: it will again.
+static NOWAIT_REFUSED: AtomicBool = AtomicBool::new(false);
+
 /// One read or write of a pipe that does not wait whatever the pipe's
 /// flags (`RWF_NOWAIT`); where the kernel does not take that flag for a
-/// pipe, a plain call, on a pipe we made non-blocking.
+/// pipe, a plain call, on a pipe made non-blocking when it was made or
+/// taken (see [`Bells::from_peer`]).
 fn nowait(fd: &OwnedFd, op: Op<'_>) -> io::Result<usize> {
+    if NOWAIT_REFUSED.load(Ordering::Relaxed) {
+        return plain(fd, op);
+    }
     let raw = fd.as_raw_fd();
     let n = match &op {
         Op::Read(buf) => {
@@ -163,11 +176,13 @@ fn nowait(fd: &OwnedFd, op: Op<'_>) -> io::Result<usize> {
     if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
         return Err(e);
     }
-    // An older kernel: the pipe's own flag, which we set.
-    let _ = rustix::fs::fcntl_setfl(
-        fd.as_fd(),
-        rustix::fs::fcntl_getfl(fd.as_fd())? | rustix::fs::OFlags::NONBLOCK,
-    );
+    NOWAIT_REFUSED.store(true, Ordering::Relaxed);
+    plain(fd, op)
+}
+
+/// A plain read or write (an older kernel): the pipe's own flag keeps it
+/// from waiting.
+fn plain(fd: &OwnedFd, op: Op<'_>) -> io::Result<usize> {
     match op {
         Op::Read(buf) => Ok(rustix::io::read(fd, buf)?),
         Op::Write(buf) => Ok(rustix::io::write(fd, buf)?),
@@ -233,7 +248,9 @@ mod tests {
         }
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
         let b = Bells::from_peer([hear, ring, keep]).unwrap();
-        // A blocking read end is read without waiting too.
+        // A read end the peer made blocking after it was taken is read
+        // without waiting too.
+        rustix::fs::fcntl_setfl(&b.hear, rustix::fs::OFlags::empty()).unwrap();
         assert_eq!(b.hear(), Heard::Rung);
         let mut rest = 0;
         while b.hear() == Heard::Rung {
