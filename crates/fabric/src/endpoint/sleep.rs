@@ -132,13 +132,17 @@ impl Endpoint {
 
     /// What a sleep that asked the wait set found of the connections:
     /// those that `stirred` says did are read on the next pass, the others
-    /// not. The count of passes to the next look starts over.
+    /// not; those the set watches edge-triggered hear what it reported.
+    /// The count of passes to the next look starts over.
     fn heard_conns(&mut self, stirred: impl Fn(&Waits, usize) -> bool) {
         self.cold_countdown = COLD_EVERY;
         for (i, s) in self.slots.iter_mut().enumerate() {
             if let Some(c) = s.conn.as_mut() {
                 if stirred(&self.waits, i) {
                     c.link.look_again();
+                    if let Some(gone) = self.waits.stirred_edge(i) {
+                        c.link.rang(gone);
+                    }
                 } else {
                     c.link.quiet();
                 }

@@ -221,7 +221,7 @@ impl Endpoint {
         };
         let gen = self.slots[i].gen.wrapping_add(1);
         let mut link = link.connect(peer, (i as u32, gen), self.ucx.as_mut())?;
-        let started = self.waits.add(i, link.read_fd())?;
+        let started = self.waits.add(i, link.read_fd(), link.read_edge())?;
         link.watched(self.waits.watching());
         let s = &mut self.slots[i];
         s.gen = gen;

@@ -37,8 +37,14 @@
 //! ```
 //!
 //! The set is level-triggered, as `poll` is: what is left unread stirs
-//! the next look again. Its buffer holds an event for every connection
-//! and every other descriptor, so one look reports all that stirred.
+//! the next look again; but for a connection whose descriptor is a
+//! shared-memory doorbell (a pipe) on a kernel that reports every byte
+//! written into a pipe watched edge-triggered, which the doorbell's
+//! pipe is then: each ring stirs one look, read or not, so a sleep's end
+//! need not read the ring to sleep again (see `transport::shm`). A look
+//! also says of each connection whether its descriptor hung up. Its
+//! buffer holds an event for every connection and every other
+//! descriptor, so one look reports all that stirred.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -56,8 +62,9 @@ const OTHER: u64 = 1 << 62;
 #[derive(Debug)]
 pub(crate) struct Waits {
     epoll: Epoll,
-    /// Each slot's connection's descriptor.
-    fds: Vec<Option<RawFd>>,
+    /// Each slot's connection's descriptor, and whether the set watches
+    /// it edge-triggered.
+    fds: Vec<Option<(RawFd, bool)>>,
     /// Connections the endpoint holds.
     live: usize,
     /// The set holds every connection.
@@ -72,6 +79,8 @@ pub(crate) struct Waits {
     ready: usize,
     /// The number of the look in which each slot's connection last stirred.
     stirred: Vec<u64>,
+    /// The number of the look in which each slot's connection last hung up.
+    hung: Vec<u64>,
     /// The number of the last look (the first is 1).
     looks: u64,
     /// While the set watches, the slots a pass reads, a bit each: a cold
@@ -92,27 +101,30 @@ impl Waits {
             events: Vec::new(),
             ready: 0,
             stirred: Vec::new(),
+            hung: Vec::new(),
             looks: 0,
             awake: Vec::new(),
         })
     }
 
-    /// The connection in `slot` has descriptor `fd` (one that was there is
-    /// taken out first). True when the set starts watching with it.
-    pub(crate) fn add(&mut self, slot: usize, fd: RawFd) -> io::Result<bool> {
+    /// The connection in `slot` has descriptor `fd`, watched
+    /// edge-triggered with `edge` (one that was there is taken out first).
+    /// True when the set starts watching with it.
+    pub(crate) fn add(&mut self, slot: usize, fd: RawFd, edge: bool) -> io::Result<bool> {
         if self.fds.len() <= slot {
             self.fds.resize(slot + 1, None);
             self.stirred.resize(slot + 1, 0);
+            self.hung.resize(slot + 1, 0);
             self.awake.resize(slot / 64 + 1, 0);
         }
         self.wake(slot);
-        if let Some(old) = self.fds[slot] {
+        if let Some((old, _)) = self.fds[slot] {
             self.remove(slot, old);
         }
         if self.watching {
-            self.epoll.add(fd, slot as u64)?;
+            self.epoll.add(fd, slot as u64, edge)?;
         }
-        self.fds[slot] = Some(fd);
+        self.fds[slot] = Some((fd, edge));
         self.live += 1;
         self.events.push(libc::epoll_event { events: 0, u64: 0 });
         if !self.watching && self.live > WATCH_OVER {
@@ -127,7 +139,7 @@ impl Waits {
     /// only once no copy of it is open anywhere). True when the set stops
     /// watching with it.
     pub(crate) fn remove(&mut self, slot: usize, fd: RawFd) -> bool {
-        if self.fds.get(slot).copied().flatten() != Some(fd) {
+        if self.fds.get(slot).copied().flatten().map(|(f, _)| f) != Some(fd) {
             return false;
         }
         if self.watching {
@@ -153,7 +165,7 @@ impl Waits {
         }
         debug_assert!(others.len() <= 32);
         for (k, &fd) in others.iter().enumerate() {
-            if let Err(e) = self.epoll.add(fd, OTHER + k as u64) {
+            if let Err(e) = self.epoll.add(fd, OTHER + k as u64, false) {
                 for &fd in &others[..k] {
                     let _ = self.epoll.delete(fd);
                 }
@@ -200,8 +212,8 @@ impl Waits {
 
     fn watch(&mut self) -> io::Result<()> {
         for (slot, fd) in self.fds.iter().enumerate() {
-            if let Some(fd) = *fd {
-                if let Err(e) = self.epoll.add(fd, slot as u64) {
+            if let Some((fd, edge)) = *fd {
+                if let Err(e) = self.epoll.add(fd, slot as u64, edge) {
                     self.unwatch();
                     return Err(e);
                 }
@@ -213,7 +225,7 @@ impl Waits {
     }
 
     fn unwatch(&mut self) {
-        for fd in self.fds.iter().flatten() {
+        for (fd, _) in self.fds.iter().flatten() {
             let _ = self.epoll.delete(*fd);
         }
         self.watching = false;
@@ -251,6 +263,12 @@ impl Waits {
             if let Some(s) = self.stirred.get_mut(slot) {
                 *s = self.looks;
                 self.wake(slot);
+            }
+            let hup = (libc::EPOLLHUP | libc::EPOLLERR) as u32;
+            if self.events[k].events & hup != 0 {
+                if let Some(h) = self.hung.get_mut(slot) {
+                    *h = self.looks;
+                }
             }
         }
         Ok(())
@@ -291,6 +309,18 @@ impl Waits {
         self.stirred.get(slot) == Some(&self.looks)
     }
 
+    /// Whether the connection in `slot` stirred in the last look by a
+    /// descriptor the set watches edge-triggered, and whether that hung up.
+    pub(crate) fn stirred_edge(&self, slot: usize) -> Option<bool> {
+        let edge = self
+            .fds
+            .get(slot)
+            .copied()
+            .flatten()
+            .is_some_and(|(_, e)| e);
+        (edge && self.stirred(slot)).then(|| self.hung.get(slot) == Some(&self.looks))
+    }
+
     /// The slots of the connections that stirred in the last look.
     pub(crate) fn stirred_slots(&self) -> impl Iterator<Item = usize> + '_ {
         self.events[..self.ready]
@@ -320,7 +350,7 @@ mod tests {
             .collect();
         let mut w = Waits::new().unwrap();
         for (i, (_, b)) in pairs.iter().take(WATCH_OVER).enumerate() {
-            assert!(!w.add(i * 2, b.as_raw_fd()).unwrap());
+            assert!(!w.add(i * 2, b.as_raw_fd(), false).unwrap());
         }
         (&pairs[1].0).write_all(b"x").unwrap();
         assert!(!w.watching());
@@ -328,11 +358,11 @@ mod tests {
         assert!(sorted(&w).is_empty(), "a few: nothing in the set");
         // One more: every connection is in the set, the readable one found.
         assert!(w
-            .add(WATCH_OVER * 2, pairs[WATCH_OVER].1.as_raw_fd())
+            .add(WATCH_OVER * 2, pairs[WATCH_OVER].1.as_raw_fd(), false)
             .unwrap());
         assert!(w.watching());
         let last = WATCH_OVER + 1;
-        assert!(!w.add(last * 2, pairs[last].1.as_raw_fd()).unwrap());
+        assert!(!w.add(last * 2, pairs[last].1.as_raw_fd(), false).unwrap());
         w.look().unwrap();
         assert_eq!(sorted(&w), [2]);
         assert!(w.stirred(2) && !w.stirred(0) && !w.stirred(last * 2));
@@ -365,7 +395,7 @@ mod tests {
         let others: Vec<_> = (0..2).map(|_| UnixStream::pair().unwrap()).collect();
         let fds: Vec<_> = others.iter().map(|(_, b)| b.as_raw_fd()).collect();
         let mut w = Waits::new().unwrap();
-        assert!(!w.add(3, conn.1.as_raw_fd()).unwrap());
+        assert!(!w.add(3, conn.1.as_raw_fd(), false).unwrap());
         assert!(!w.watching() && !w.sleeps_here());
         assert!(w.sleep_here(&fds).unwrap(), "one connection, watched");
         assert!(w.watching() && w.sleeps_here());
@@ -388,7 +418,7 @@ mod tests {
         // A connection added while the set is slept in is watched at once;
         // the last one gone, the set still holds the others.
         let second = UnixStream::pair().unwrap();
-        assert!(!w.add(0, second.1.as_raw_fd()).unwrap());
+        assert!(!w.add(0, second.1.as_raw_fd(), false).unwrap());
         (&second.0).write_all(b"x").unwrap();
         w.look().unwrap();
         assert_eq!(sorted(&w), [0, 3]);
@@ -398,7 +428,7 @@ mod tests {
         w.look().unwrap();
         assert!(w.other_stirred(0) && sorted(&w).is_empty());
         // Slept in no longer: the others leave, and so does the watch.
-        assert!(!w.add(3, conn.1.as_raw_fd()).unwrap());
+        assert!(!w.add(3, conn.1.as_raw_fd(), false).unwrap());
         assert!(w.sleep_elsewhere(), "a few connections: not watched");
         assert!(!w.watching() && !w.sleeps_here());
         w.look().unwrap();
@@ -408,7 +438,7 @@ mod tests {
             .map(|_| UnixStream::pair().unwrap())
             .collect();
         for (i, (_, b)) in many.iter().enumerate() {
-            w.add(10 + i, b.as_raw_fd()).unwrap();
+            w.add(10 + i, b.as_raw_fd(), false).unwrap();
         }
         assert!(w.watching());
         assert!(!w.sleep_here(&fds).unwrap(), "watching already");
@@ -423,7 +453,7 @@ mod tests {
             .collect();
         let mut w = Waits::new().unwrap();
         for (i, (_, b)) in pairs.iter().enumerate() {
-            w.add(i, b.as_raw_fd()).unwrap();
+            w.add(i, b.as_raw_fd(), false).unwrap();
         }
         let fd = w.fd();
         let readable = || {
@@ -441,16 +471,47 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_watched_by_its_edges_is_said_so_with_whether_it_hung_up() {
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (er, ew) = rustix::pipe::pipe_with(flags).unwrap();
+        let (lr, lw) = rustix::pipe::pipe_with(flags).unwrap();
+        let mut w = Waits::new().unwrap();
+        w.add(1, er.as_raw_fd(), true).unwrap();
+        w.add(2, lr.as_raw_fd(), false).unwrap();
+        // Slept in, the set watches both.
+        let others = UnixStream::pair().unwrap();
+        w.sleep_here(&[others.1.as_raw_fd()]).unwrap();
+        rustix::io::write(&ew, b"x").unwrap();
+        rustix::io::write(&lw, b"x").unwrap();
+        w.look().unwrap();
+        assert_eq!(sorted(&w), [1, 2]);
+        assert_eq!(w.stirred_edge(1), Some(false));
+        assert_eq!(w.stirred_edge(2), None, "level-triggered");
+        // Unread, the level one stirs again, the edge one only once
+        // something more is written.
+        w.look().unwrap();
+        assert_eq!(sorted(&w), [2]);
+        assert_eq!(w.stirred_edge(1), None);
+        drop(ew);
+        w.look().unwrap();
+        assert_eq!(sorted(&w), [1, 2]);
+        assert_eq!(w.stirred_edge(1), Some(true), "its writer is gone");
+        drop(lw);
+        w.look().unwrap();
+        assert_eq!(w.stirred_edge(2), None);
+    }
+
+    #[test]
     fn a_slot_given_another_connection_watches_only_the_new_one() {
         let pairs: Vec<_> = (0..=WATCH_OVER + 1)
             .map(|_| UnixStream::pair().unwrap())
             .collect();
         let mut w = Waits::new().unwrap();
         for (i, (_, b)) in pairs.iter().take(WATCH_OVER + 1).enumerate() {
-            w.add(i, b.as_raw_fd()).unwrap();
+            w.add(i, b.as_raw_fd(), false).unwrap();
         }
         let (old, new) = (&pairs[2], &pairs[WATCH_OVER + 1]);
-        w.add(2, new.1.as_raw_fd()).unwrap();
+        w.add(2, new.1.as_raw_fd(), false).unwrap();
         assert!(w.watching());
         (&old.0).write_all(b"x").unwrap();
         w.look().unwrap();
@@ -471,7 +532,7 @@ mod tests {
         let pairs: Vec<_> = slots.iter().map(|_| UnixStream::pair().unwrap()).collect();
         let mut w = Waits::new().unwrap();
         for (&s, (_, b)) in slots.iter().zip(&pairs) {
-            w.add(s, b.as_raw_fd()).unwrap();
+            w.add(s, b.as_raw_fd(), false).unwrap();
         }
         assert!(w.watching());
         let awake = |w: &Waits| -> Vec<usize> {
@@ -499,7 +560,7 @@ mod tests {
         assert_eq!(awake(&w), slots);
         // A slot given a connection again is awake.
         w.doze(5);
-        w.add(5, pairs[1].1.as_raw_fd()).unwrap();
+        w.add(5, pairs[1].1.as_raw_fd(), false).unwrap();
         assert!(w.awake(0) & (1 << 5) != 0);
     }
 }

@@ -671,6 +671,14 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.quiet()
     }
 
+    fn read_edge(&self) -> bool {
+        self.stream.edge()
+    }
+
+    fn rang(&mut self, gone: bool) {
+        self.stream.rang(gone)
+    }
+
     fn watched(&mut self, on: bool) {
         self.stream.watched(on)
     }

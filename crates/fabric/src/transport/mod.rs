@@ -157,6 +157,14 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// it next (a tcp read, the end of a shared-memory sleep) may skip its
     /// system call.
     fn quiet(&mut self) {}
+    /// Whether a wait set may watch `raw_fd` edge-triggered (see
+    /// [`rang`](Self::rang)).
+    fn edge(&self) -> bool {
+        false
+    }
+    /// A wait set that watches `raw_fd` edge-triggered reported it,
+    /// written into or hung up (`gone`): the sleep's end need not read it.
+    fn rang(&mut self, _gone: bool) {}
     /// Reads nothing until [`look_again`](Self::look_again): its
     /// endpoint's wait set says when.
     fn cold(&self) -> bool {
@@ -276,6 +284,14 @@ pub(crate) trait Connection: fmt::Debug + Send {
     fn look_again(&mut self) {}
     /// The sleep's `poll` found nothing on [`read_fd`](Self::read_fd).
     fn quiet(&mut self) {}
+    /// Whether a wait set may watch [`read_fd`](Self::read_fd)
+    /// edge-triggered.
+    fn read_edge(&self) -> bool {
+        false
+    }
+    /// A wait set that watches [`read_fd`](Self::read_fd) edge-triggered
+    /// reported it, written into or hung up (`gone`).
+    fn rang(&mut self, _gone: bool) {}
     /// Its endpoint's wait set watches it (or no longer does): cold, it
     /// reads nothing until told to look again (see `tcp`).
     fn watched(&mut self, _on: bool) {}

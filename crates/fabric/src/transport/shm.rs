@@ -132,12 +132,25 @@ pub(crate) struct ShmStream {
     /// The sleep's `poll` found nothing on the pipe: the end of the sleep
     /// need not read it.
     bell_quiet: bool,
+    /// The kernel reports every ring into a pipe watched edge-triggered
+    /// (see [`bell::edge_hears_every_ring`]): the endpoint's wait set
+    /// watches ours so.
+    edge: bool,
+    /// The sleep was in the wait set, which reported the pipe, watched
+    /// edge-triggered, rung (`Some(false)`) or hung up (`Some(true)`).
+    rang: Option<bool>,
+    /// Sleeps ended by a ring left unread since the pipe was last read.
+    unheard: u32,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
     fds: VecDeque<OwnedFd>,
 }
 
 /// Descriptors kept until asked for; older ones are closed.
 const MAX_FDS: usize = 4;
+
+/// Sleeps ended by a ring left in the pipe before the pipe is read: at
+/// two rings a sleep, what one read of the pipe takes (see `bell`).
+const UNHEARD_MAX: u32 = 32;
 
 // SAFETY: the raw pointers point into `_map`, which the stream owns and which
 // stays mapped until the stream is dropped. Only the owning thread touches the
@@ -225,6 +238,9 @@ impl ShmStream {
             bells,
             peer_gone: false,
             bell_quiet: false,
+            edge: bell::edge_hears_every_ring(),
+            rang: None,
+            unheard: 0,
             fds: VecDeque::new(),
             _map: map,
         })
@@ -418,13 +434,40 @@ impl ShmStream {
 
     /// Ends a sleep: lowers the flags and takes pending doorbells, which
     /// also notices a peer that has gone; no system call when the sleep's
-    /// `poll` found the pipe quiet (a peer that goes makes it readable).
+    /// `poll` found the pipe quiet (a peer that goes makes it readable), or
+    /// when a wait set that watches the pipe edge-triggered said it was
+    /// rung, and not hung up: the ring is left in the pipe, which is read
+    /// once in [`UNHEARD_MAX`] such sleeps (a peer rings at most once a
+    /// flag raised, two a sleep, so the pipe never holds more than a read
+    /// takes).
     pub(crate) fn disarm(&mut self) {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
-        if !std::mem::take(&mut self.bell_quiet) {
-            self.check_alive();
+        let quiet = std::mem::take(&mut self.bell_quiet);
+        match self.rang.take() {
+            _ if quiet => {}
+            Some(false) if self.unheard < UNHEARD_MAX => {
+                self.unheard += 1;
+                self.publish_head();
+            }
+            Some(true) => {
+                // Every write end of the pipe is closed.
+                self.check_alive();
+                self.peer_gone = true;
+            }
+            _ => self.check_alive(),
         }
+    }
+
+    /// The sleep's wait set, which watches the pipe edge-triggered,
+    /// reported it rung, or hung up (`gone`).
+    pub(crate) fn rang(&mut self, gone: bool) {
+        self.rang = Some(gone);
+    }
+
+    /// Whether the pipe may be watched edge-triggered.
+    pub(crate) fn edge(&self) -> bool {
+        self.edge
     }
 
     /// The sleep's `poll` found nothing on the pipe.
@@ -435,6 +478,7 @@ impl ShmStream {
     /// Takes doorbells off the pipe; its end marks the peer gone.
     pub(crate) fn check_alive(&mut self) {
         self.publish_head();
+        self.unheard = 0;
         if self.bells.hear() == bell::Heard::Gone {
             self.peer_gone = true;
         }
@@ -541,6 +585,14 @@ impl ByteStream for ShmStream {
 
     fn quiet(&mut self) {
         ShmStream::quiet(self)
+    }
+
+    fn rang(&mut self, gone: bool) {
+        ShmStream::rang(self, gone)
+    }
+
+    fn edge(&self) -> bool {
+        ShmStream::edge(self)
     }
 
     fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -796,6 +848,57 @@ mod tests {
         assert!(!rung(b.raw_fd()), "read at the end of a sleep that saw it");
         let mut buf = [0u8; 4];
         assert_eq!(b.try_read(&mut buf).unwrap(), 1);
+    }
+
+    /// Bytes waiting in the pipe `fd`.
+    fn in_pipe(fd: RawFd) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through the pointer, alive here.
+        assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) }, 0);
+        n as usize
+    }
+
+    #[test]
+    fn sleeps_in_a_set_that_watches_the_pipe_by_its_edges_hear_every_ring_and_the_peer_go() {
+        let (mut a, mut b, _d) = pair(4096);
+        assert_eq!(b.edge(), bell::edge_hears_every_ring());
+        let set = sys::Epoll::new().unwrap();
+        set.add(b.raw_fd(), 7, b.edge()).unwrap();
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
+        let long = std::time::Duration::from_secs(5);
+        let mut buf = [0u8; 8];
+        let mut most = 0;
+        for i in 0..5 * UNHEARD_MAX as usize {
+            assert!(b.arm_read(), "{i}: nothing to read, the reader sleeps");
+            a.try_write(&[IoSlice::new(&[i as u8])]).unwrap();
+            assert_eq!(set.wait(&mut ev, long).unwrap(), 1, "{i}: the ring woke it");
+            if b.edge() {
+                b.rang(ev[0].events & libc::EPOLLHUP as u32 != 0);
+            }
+            b.disarm();
+            most = most.max(in_pipe(b.raw_fd()));
+            assert_eq!(b.try_read(&mut buf).unwrap(), 1);
+            assert_eq!(buf[0], i as u8);
+        }
+        // Rings left unread are read now and then, before the pipe holds
+        // more than one read takes.
+        assert!(most <= 2 * UNHEARD_MAX as usize, "{most} bytes in the pipe");
+        assert!(!b.edge() || most > 0, "rings were left unread");
+        // The peer goes after a last message and a ring: the sleep that
+        // hears both ends with the message read and the peer seen gone.
+        assert!(b.arm_read());
+        a.try_write(&[IoSlice::new(b"last")]).unwrap();
+        drop(a);
+        assert_eq!(set.wait(&mut ev, long).unwrap(), 1);
+        if b.edge() {
+            assert!(ev[0].events & libc::EPOLLHUP as u32 != 0);
+            b.rang(true);
+        }
+        b.disarm();
+        assert!(!b.arm_read(), "the message waits, the peer is gone");
+        b.disarm();
+        assert_eq!(b.try_read(&mut buf).unwrap(), 4);
+        assert!(b.try_read(&mut buf).is_err(), "then the end");
     }
 
     #[test]

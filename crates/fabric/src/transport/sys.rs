@@ -153,7 +153,9 @@ impl EventFd {
     }
 }
 
-/// An epoll set, level-triggered, of descriptors waited on for reading.
+/// An epoll set of descriptors waited on for reading, each level-triggered
+/// (reported while readable) or edge-triggered (reported once each time
+/// something comes).
 #[derive(Debug)]
 pub(crate) struct Epoll(OwnedFd);
 
@@ -165,10 +167,13 @@ impl Epoll {
         Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    /// Adds `fd`, reported with `data` when it is readable.
-    pub(crate) fn add(&self, fd: RawFd, data: u64) -> io::Result<()> {
+    /// Adds `fd`, reported with `data` while it is readable, or with
+    /// `edge` each time it becomes (or, for a pipe on most kernels, stays)
+    /// readable by something written.
+    pub(crate) fn add(&self, fd: RawFd, data: u64, edge: bool) -> io::Result<()> {
+        let trigger = if edge { libc::EPOLLET } else { 0 };
         let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
+            events: (libc::EPOLLIN | trigger) as u32,
             u64: data,
         };
         syscall!(epoll_ctl(
