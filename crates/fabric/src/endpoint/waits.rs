@@ -37,14 +37,14 @@
 //! ```
 //!
 //! The set is level-triggered, as `poll` is: what is left unread stirs
-//! the next look again; but for a connection whose descriptor is a
-//! shared-memory doorbell (a pipe) on a kernel that reports every byte
-//! written into a pipe watched edge-triggered, which the doorbell's
-//! pipe is then: each ring stirs one look, read or not, so a sleep's end
-//! need not read the ring to sleep again (see `transport::shm`). A look
-//! also says of each connection whether its descriptor hung up. Its
-//! buffer holds an event for every connection and every other
-//! descriptor, so one look reports all that stirred.
+//! the next look again. The one exception is a shared-memory doorbell (a
+//! pipe), which the set watches edge-triggered where the kernel reports
+//! every byte written into a pipe so watched: each ring then stirs one
+//! look whether the pipe was read since or not, so the end of a sleep
+//! need not read it (see `transport::shm`). A look also says whether
+//! each connection's descriptor hung up. Its buffer holds an event for
+//! every connection and every other descriptor, so one look reports all
+//! that stirred.
 
 use std::io;
 use std::os::fd::RawFd;
