@@ -137,8 +137,8 @@ pub(crate) struct ShmStream {
     /// watches ours so.
     edge: bool,
     /// The sleep was in the wait set, which reported the pipe, watched
-    /// edge-triggered, rung (`Some(false)`) or hung up (`Some(true)`).
-    rang: Option<bool>,
+    /// edge-triggered, rung.
+    rang: bool,
     /// Sleeps ended by a ring left unread since the pipe was last read.
     unheard: u32,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
@@ -239,7 +239,7 @@ impl ShmStream {
             peer_gone: false,
             bell_quiet: false,
             edge: bell::edge_hears_every_ring(),
-            rang: None,
+            rang: false,
             unheard: 0,
             fds: VecDeque::new(),
             _map: map,
@@ -444,25 +444,30 @@ impl ShmStream {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
         let quiet = std::mem::take(&mut self.bell_quiet);
-        match self.rang.take() {
-            _ if quiet => {}
-            Some(false) if self.unheard < UNHEARD_MAX => {
-                self.unheard += 1;
-                self.publish_head();
-            }
-            Some(true) => {
-                // Every write end of the pipe is closed.
-                self.check_alive();
-                self.peer_gone = true;
-            }
-            _ => self.check_alive(),
+        let rang = std::mem::take(&mut self.rang);
+        if quiet {
+            return;
+        }
+        if rang && self.unheard < UNHEARD_MAX {
+            self.unheard += 1;
+            self.publish_head();
+        } else {
+            self.check_alive();
         }
     }
 
-    /// The sleep's wait set, which watches the pipe edge-triggered,
-    /// reported it rung, or hung up (`gone`).
+    /// A look at the wait set, which watches the pipe edge-triggered,
+    /// found it rung, or hung up (`gone`). A hang-up is said once, in a
+    /// sleep or in a look without one: it is heard at once (every write end
+    /// of the pipe is closed, and rings left unread may stand before the
+    /// end a read would see).
     pub(crate) fn rang(&mut self, gone: bool) {
-        self.rang = Some(gone);
+        if gone {
+            self.check_alive();
+            self.peer_gone = true;
+        } else {
+            self.rang = true;
+        }
     }
 
     /// Whether the pipe may be watched edge-triggered.
@@ -892,7 +897,10 @@ mod tests {
         assert_eq!(set.wait(&mut ev, long).unwrap(), 1);
         if b.edge() {
             assert!(ev[0].events & libc::EPOLLHUP as u32 != 0);
+            // Said once, here taken by a look outside a sleep; the sleep
+            // after it finds the pipe quiet.
             b.rang(true);
+            b.quiet();
         }
         b.disarm();
         assert!(!b.arm_read(), "the message waits, the peer is gone");
