@@ -284,3 +284,35 @@ fn a_waiting_reader_is_woken_by_every_source_wherever_it_sleeps() {
     drop(ask);
     writer.join().unwrap();
 }
+
+/// A shm peer that sends its last message and goes is heard gone by a
+/// waiting reader whose read that does not sleep took the hang-up: where
+/// the doorbell is watched edge-triggered the set says a hang-up once, and
+/// a sleep after that look hears nothing more of it.
+#[test]
+fn a_hang_up_taken_by_a_read_that_does_not_sleep_is_heard_by_the_next_sleep() {
+    let (a, b, _d) = nodes();
+    let mut rx = b.open(5, wait_cfg()).unwrap();
+    let mut tx = a.open(7, wait_cfg()).unwrap();
+    let to = tx
+        .target_via(Addr::new(2, 5), Mode::Reliable, Transport::Shm)
+        .unwrap();
+    let mut buf = [0u8; 16];
+    // A sleep with nothing to read: the reader now sleeps in its wait set,
+    // which watches the connection (the node hands it over meanwhile).
+    assert!(rx
+        .read_timeout(&mut buf, Duration::from_millis(100))
+        .unwrap()
+        .is_none());
+    tx.write(to, b"last").unwrap();
+    drop(tx);
+    // The hang-up is in the set before the look below: the write end of
+    // the doorbell closed with the endpoint.
+    let r = rx.try_read(&mut buf).unwrap().expect("the last message");
+    assert_eq!((r.from, &buf[..r.len]), (Addr::new(1, 7), &b"last"[..]));
+    let lost = rx.read_timeout(&mut buf, Duration::from_secs(5));
+    assert!(
+        matches!(&lost, Err(Error::PeerLost { peer, .. }) if *peer == Addr::new(1, 7)),
+        "{lost:?}"
+    );
+}
