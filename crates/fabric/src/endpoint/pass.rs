@@ -125,10 +125,11 @@ impl Endpoint {
         for i in self.waits.stirred_slots() {
             if let Some(c) = self.slots.get_mut(i).and_then(|s| s.conn.as_mut()) {
                 c.link.look_again();
-                // A hang-up of a descriptor watched edge-triggered is said
-                // once: taken here, outside a sleep, it is heard now.
-                if self.waits.stirred_edge(i) == Some(true) {
-                    c.link.rang(true);
+                // What a descriptor watched edge-triggered reports is said
+                // once: a hang-up taken here, outside a sleep, is heard
+                // now, a ring counted among those left in the pipe.
+                if let Some(gone) = self.waits.stirred_edge(i) {
+                    c.link.rang(gone);
                 }
             }
         }

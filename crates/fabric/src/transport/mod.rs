@@ -163,7 +163,9 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
         false
     }
     /// A wait set that watches `raw_fd` edge-triggered reported it,
-    /// written into or hung up (`gone`): the sleep's end need not read it.
+    /// written into or hung up (`gone`), in a sleep or in a look outside
+    /// one: said once, it is taken now, and the sleep's end need not read
+    /// it.
     fn rang(&mut self, _gone: bool) {}
     /// Reads nothing until [`look_again`](Self::look_again): its
     /// endpoint's wait set says when.
@@ -290,7 +292,8 @@ pub(crate) trait Connection: fmt::Debug + Send {
         false
     }
     /// A wait set that watches [`read_fd`](Self::read_fd) edge-triggered
-    /// reported it, written into or hung up (`gone`).
+    /// reported it, written into or hung up (`gone`), in a sleep or in a
+    /// look outside one.
     fn rang(&mut self, _gone: bool) {}
     /// Its endpoint's wait set watches it (or no longer does): cold, it
     /// reads nothing until told to look again (see `tcp`).

@@ -408,6 +408,9 @@ impl ShmStream {
     /// Readies a sleep until data arrives. Returns false when there is data
     /// already (do not sleep).
     pub(crate) fn arm_read(&mut self) -> bool {
+        // A ring a look outside a sleep took is counted, and says nothing
+        // of this sleep.
+        self.rang = false;
         self.publish_head();
         self.rx().reader_sleeping.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
@@ -437,36 +440,36 @@ impl ShmStream {
     /// `poll` found the pipe quiet (a peer that goes makes it readable), or
     /// when a wait set that watches the pipe edge-triggered said it was
     /// rung, and not hung up: the ring is left in the pipe, which is read
-    /// once in [`UNHEARD_MAX`] such sleeps (a peer rings at most once a
-    /// flag raised, two a sleep, so the pipe never holds more than a read
-    /// takes).
+    /// once [`UNHEARD_MAX`] rings were reported so, in sleeps or in looks
+    /// outside them (a peer rings at most once a flag raised, two a sleep,
+    /// so the pipe never holds more than a read takes).
     pub(crate) fn disarm(&mut self) {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
         let quiet = std::mem::take(&mut self.bell_quiet);
         let rang = std::mem::take(&mut self.rang);
-        if quiet {
-            return;
-        }
-        if rang && self.unheard < UNHEARD_MAX {
-            self.unheard += 1;
+        if self.unheard >= UNHEARD_MAX {
+            self.check_alive();
+        } else if rang {
             self.publish_head();
-        } else {
+        } else if !quiet {
             self.check_alive();
         }
     }
 
     /// A look at the wait set, which watches the pipe edge-triggered,
-    /// found it rung, or hung up (`gone`). A hang-up is said once, in a
-    /// sleep or in a look without one: it is heard at once (every write end
-    /// of the pipe is closed, and rings left unread may stand before the
-    /// end a read would see).
+    /// found it rung, or hung up (`gone`), in a sleep or in a look without
+    /// one. A ring is left in the pipe and counted (see
+    /// [`disarm`](Self::disarm)). A hang-up is said once: it is heard at
+    /// once (every write end of the pipe is closed, and rings left unread
+    /// may stand before the end a read would see).
     pub(crate) fn rang(&mut self, gone: bool) {
         if gone {
             self.check_alive();
             self.peer_gone = true;
         } else {
             self.rang = true;
+            self.unheard = self.unheard.saturating_add(1);
         }
     }
 
@@ -907,6 +910,55 @@ mod tests {
         b.disarm();
         assert_eq!(b.try_read(&mut buf).unwrap(), 4);
         assert!(b.try_read(&mut buf).is_err(), "then the end");
+    }
+
+    #[test]
+    fn rings_taken_by_looks_outside_sleeps_are_counted_and_read_in_time() {
+        let (mut a, mut b, _d) = pair(4096);
+        if !b.edge() {
+            // Watched level-triggered, the pipe is never left rung.
+            return;
+        }
+        let set = sys::Epoll::new().unwrap();
+        set.add(b.raw_fd(), 7, true).unwrap();
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
+        let mut buf = [0u8; 8];
+        let (mut most, mut reads) = (0, 0);
+        for i in 0..5 * UNHEARD_MAX as usize {
+            // A sleep ends by something else, its look having found the
+            // pipe quiet; the peer writes and rings before the flag is
+            // lowered; a look at the set outside a sleep takes the ring,
+            // unless the sleep's end read the pipe.
+            assert!(b.arm_read(), "{i}: nothing to read, the reader sleeps");
+            b.quiet();
+            a.try_write(&[IoSlice::new(&[i as u8])]).unwrap();
+            b.disarm();
+            let zero = std::time::Duration::ZERO;
+            if set.wait(&mut ev, zero).unwrap() == 1 {
+                assert_eq!(ev[0].events & libc::EPOLLHUP as u32, 0, "{i}");
+                b.rang(false);
+            } else {
+                assert_eq!(in_pipe(b.raw_fd()), 0, "{i}: read, so not rung");
+                reads += 1;
+            }
+            most = most.max(in_pipe(b.raw_fd()));
+            assert_eq!(b.try_read(&mut buf).unwrap(), 1);
+            assert_eq!(buf[0], i as u8);
+        }
+        assert!(most <= 2 * UNHEARD_MAX as usize, "{most} bytes in the pipe");
+        assert!(reads >= 4, "the pipe was read {reads} times");
+        // A ring a look took says nothing of the next sleep: one that hears
+        // the peer go hears it gone.
+        assert!(b.arm_read());
+        drop(a);
+        assert_eq!(
+            set.wait(&mut ev, std::time::Duration::from_secs(5))
+                .unwrap(),
+            1
+        );
+        b.rang(ev[0].events & libc::EPOLLHUP as u32 != 0);
+        b.disarm();
+        assert!(b.try_read(&mut buf).is_err(), "the peer is gone");
     }
 
     #[test]
