@@ -137,9 +137,11 @@ pub(crate) struct ShmStream {
     /// watches ours so.
     edge: bool,
     /// The sleep was in the wait set, which reported the pipe, watched
-    /// edge-triggered, rung.
+    /// edge-triggered, rung (cleared as a sleep is readied: a look
+    /// outside a sleep says nothing of the next one).
     rang: bool,
-    /// Sleeps ended by a ring left unread since the pipe was last read.
+    /// Rings the wait set reported, in sleeps or in looks outside them,
+    /// left unread since the pipe was last read.
     unheard: u32,
     /// Descriptors the peer sent (regions it lets us map), oldest first.
     fds: VecDeque<OwnedFd>,
@@ -148,8 +150,8 @@ pub(crate) struct ShmStream {
 /// Descriptors kept until asked for; older ones are closed.
 const MAX_FDS: usize = 4;
 
-/// Sleeps ended by a ring left in the pipe before the pipe is read: at
-/// two rings a sleep, what one read of the pipe takes (see `bell`).
+/// Reported rings left in the pipe before the pipe is read: at two bytes
+/// a report at most, what one read of the pipe takes (see `bell`).
 const UNHEARD_MAX: u32 = 32;
 
 // SAFETY: the raw pointers point into `_map`, which the stream owns and which
@@ -424,6 +426,7 @@ impl ShmStream {
     /// Readies a sleep until `need` bytes are free in the outgoing ring.
     /// Returns false when they are free already.
     pub(crate) fn arm_write(&mut self, need: usize) -> bool {
+        self.rang = false;
         self.tx().writer_waiting.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let head = self.tx().head.load(Ordering::Acquire);
@@ -436,13 +439,14 @@ impl ShmStream {
     }
 
     /// Ends a sleep: lowers the flags and takes pending doorbells, which
-    /// also notices a peer that has gone; no system call when the sleep's
+    /// also notices a peer that has gone. No system call when the sleep's
     /// `poll` found the pipe quiet (a peer that goes makes it readable), or
     /// when a wait set that watches the pipe edge-triggered said it was
-    /// rung, and not hung up: the ring is left in the pipe, which is read
-    /// once [`UNHEARD_MAX`] rings were reported so, in sleeps or in looks
-    /// outside them (a peer rings at most once a flag raised, two a sleep,
-    /// so the pipe never holds more than a read takes).
+    /// rung, and not hung up: the ring is left in the pipe, which is read,
+    /// whatever the sleep found, once [`UNHEARD_MAX`] rings were reported
+    /// so, in sleeps or in looks outside them (a peer rings at most once a
+    /// flag raised, two a sleep, so the pipe never holds more than a read
+    /// takes).
     pub(crate) fn disarm(&mut self) {
         self.rx().reader_sleeping.store(0, Ordering::Relaxed);
         self.tx().writer_waiting.store(0, Ordering::Relaxed);
@@ -947,16 +951,21 @@ mod tests {
         }
         assert!(most <= 2 * UNHEARD_MAX as usize, "{most} bytes in the pipe");
         assert!(reads >= 4, "the pipe was read {reads} times");
-        // A ring a look took says nothing of the next sleep: one that hears
-        // the peer go hears it gone.
+        // The last ring a look took says nothing of the next sleep: one
+        // ended by a `poll` that found the pipe rung reads it.
+        assert!(in_pipe(b.raw_fd()) > 0, "rings left from the looks");
+        assert!(b.arm_read());
+        a.try_write(&[IoSlice::new(b"x")]).unwrap();
+        b.disarm();
+        assert_eq!(in_pipe(b.raw_fd()), 0, "read at the end of the sleep");
+        assert_eq!(b.try_read(&mut buf).unwrap(), 1);
+        // The peer goes: the sleep in the set hears it gone.
         assert!(b.arm_read());
         drop(a);
-        assert_eq!(
-            set.wait(&mut ev, std::time::Duration::from_secs(5))
-                .unwrap(),
-            1
-        );
-        b.rang(ev[0].events & libc::EPOLLHUP as u32 != 0);
+        let long = std::time::Duration::from_secs(5);
+        assert_eq!(set.wait(&mut ev, long).unwrap(), 1);
+        assert!(ev[0].events & libc::EPOLLHUP as u32 != 0);
+        b.rang(true);
         b.disarm();
         assert!(b.try_read(&mut buf).is_err(), "the peer is gone");
     }
