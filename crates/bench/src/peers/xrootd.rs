@@ -2,7 +2,6 @@
 //! and from it.
 
 use anyhow::bail;
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +18,9 @@ pub const CLIENT: Tool = Tool {
     program: "xrdcp",
     package: "xrootd-client",
 };
+
+/// How long xrootd may take to listen.
+const START_WAIT: Duration = Duration::from_secs(20);
 
 /// An `xrootd` exporting a directory; stopped when dropped.
 #[derive(Debug)]
@@ -37,32 +39,67 @@ impl Xrootd {
         if Command::new(SERVER.program).arg("-v").output().is_err() {
             return Ok(None);
         }
-        let port = free_port()?;
+        // A free port may be taken by another program before xrootd binds
+        // it: xrootd then exits, and a second port is tried.
+        let mut last = String::new();
+        for _ in 0..2 {
+            match Self::start_on(dir, export, free_port()?)? {
+                Ok(server) => return Ok(Some(server)),
+                Err(why) => last = why,
+            }
+        }
+        bail!("xrootd did not start: {last}")
+    }
+
+    /// One try of [`start`](Self::start) on `port`: the server, or why it
+    /// failed to start there. Fails when it neither starts nor fails within
+    /// [`START_WAIT`].
+    fn start_on(dir: &Path, export: &Path, port: u16) -> anyhow::Result<Result<Xrootd, String>> {
         let cfg = dir.join("xrootd.cfg");
+        let log_path = dir.join("xrootd.log");
         std::fs::write(
             &cfg,
             format!("all.export {}\nxrd.port {port}\n", export.display()),
         )?;
         let mut cmd = Command::new(SERVER.program);
-        cmd.arg("-c")
-            .arg(&cfg)
-            .arg("-l")
-            .arg(dir.join("xrootd.log"));
+        cmd.arg("-c").arg(&cfg).arg("-l").arg(&log_path);
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             cmd.args(["-R", "nobody"]);
         }
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
-        let server = Xrootd { child, port };
-        let until = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // What it says before its log is open goes to a file beside it.
+        let err_path = dir.join("xrootd.err");
+        let err = std::fs::File::create(&err_path)?;
+        let child = cmd.stdout(Stdio::null()).stderr(err).spawn()?;
+        let mut server = Xrootd { child, port };
+        let log = || {
+            let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+            format!("{}{}", read(&err_path), read(&log_path))
+        };
+        // Ready when its log says so for this port: a connection alone
+        // may reach another program that holds the port.
+        let (done, failed) = (
+            format!(":{port} initialization completed"),
+            format!(":{port} initialization failed"),
+        );
+        let until = Instant::now() + START_WAIT;
+        loop {
+            let text = log();
+            if text.contains(&done) {
+                break;
+            }
+            if let Some(status) = server.child.try_wait()? {
+                return Ok(Err(format!("port {port}: {status}; {text}")));
+            }
+            if text.contains(&failed) {
+                return Ok(Err(format!("port {port}: {text}")));
+            }
             if Instant::now() > until {
-                let log = std::fs::read_to_string(dir.join("xrootd.log")).unwrap_or_default();
-                bail!("xrootd did not start: {log}");
+                bail!("xrootd did not start on port {port} within {START_WAIT:?}: {text}");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(Some(server))
+        Ok(Ok(server))
     }
 
     /// The `root://` URL of `path` (absolute, inside the export).
@@ -89,4 +126,33 @@ pub fn xrdcp(from: &str, to: &str, streams: u32) -> Command {
         .env("XRD_CONNECTIONRETRY", "1")
         .env("XRD_REQUESTTIMEOUT", "60");
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_port_taken_before_xrootd_binds_it_is_said_and_another_is_tried() {
+        let d = tempfile::tempdir().unwrap();
+        // xrootd runs as nobody when started by root: it must reach both.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let export = d.path().join("export");
+        std::fs::create_dir(&export).unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let why = match Xrootd::start_on(d.path(), &export, port).unwrap() {
+            Ok(_) => panic!("xrootd listens on a port another program holds"),
+            Err(why) => why,
+        };
+        assert!(why.contains(&format!("port {port}")), "{why}");
+        assert!(why.contains("already in use"), "{why}");
+        // `start` takes a port of its own and serves.
+        let server = Xrootd::start(d.path(), &export)
+            .unwrap()
+            .expect("installed");
+        assert_ne!(server.port, port);
+        std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    }
 }
