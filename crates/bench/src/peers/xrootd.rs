@@ -19,7 +19,7 @@ pub const CLIENT: Tool = Tool {
     package: "xrootd-client",
 };
 
-/// How long xrootd may take to listen.
+/// How long xrootd may take to start: until its log says it serves its port.
 const START_WAIT: Duration = Duration::from_secs(20);
 
 /// An `xrootd` exporting a directory; stopped when dropped.
