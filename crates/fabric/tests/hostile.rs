@@ -134,6 +134,86 @@ fn datagrams_without_the_fabric_token_are_dropped() {
     assert_eq!(rx.stats().strangers, 2);
 }
 
+/// A sender that floods an endpoint's UDP port with junk as fast as it
+/// can does not keep the endpoint's passes on that socket: a member's
+/// message over tcp still gets through, in each mode of completion.
+#[test]
+fn a_flood_of_junk_datagrams_does_not_hold_the_reader() {
+    let _watch = common::watchdog(120, "a flood of datagrams");
+    let dir = tempfile::tempdir().unwrap();
+    let k = key("the cluster's secret, 32 bytes..");
+    let a = node(1, dir.path(), &k);
+    let b = node(2, dir.path(), &k);
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let mut tx = b.open(9, wait_cfg()).unwrap();
+    for (ep, completion) in [(5, Completion::Wait), (6, Completion::Poll)] {
+        let mut rx = a
+            .open(
+                ep,
+                EndpointConfig {
+                    completion,
+                    ..EndpointConfig::default()
+                },
+            )
+            .unwrap();
+        let mut s = TcpStream::connect(a.tcp_addr().unwrap()).unwrap();
+        let mut h = Header::new(FrameKind::Hello);
+        h.flags = macrolink_wire::Flags::RESOLVE_UDP;
+        h.dst_ep = ep;
+        let port = common::hello(&mut s, &k, h, |s, m| s.write_all(m)).offset as u16;
+        passes(&mut tx, &mut rx, Transport::Tcp);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flooders: Vec<_> = (0..2)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+                    let junk = [i as u8; 100];
+                    let t0 = Instant::now();
+                    let mut sent = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                        && t0.elapsed() < Duration::from_secs(20)
+                    {
+                        sent += u64::from(u.send_to(&junk, ("127.0.0.1", port)).is_ok());
+                    }
+                    sent
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        for _ in 0..5 {
+            passes(&mut tx, &mut rx, Transport::Tcp);
+        }
+        // Nothing of the junk is delivered, and the read ends at its
+        // deadline although every pass finds datagrams.
+        let mut buf = [0u8; 256];
+        let t0 = Instant::now();
+        let r = rx
+            .read_timeout(&mut buf, Duration::from_millis(200))
+            .unwrap();
+        let took = t0.elapsed();
+        assert!(r.is_none(), "{completion:?}: {r:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{completion:?}: a read of 200 ms took {took:?}"
+        );
+        let t0 = Instant::now();
+        assert!(rx.try_read(&mut buf).unwrap().is_none(), "{completion:?}");
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "{completion:?}: a read that does not wait took {took:?}"
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+        assert!(sent > 1000, "{completion:?}: the flood sent {sent}");
+        assert!(
+            rx.stats().bad_frames > 0,
+            "{completion:?}: the flood was read"
+        );
+    }
+}
+
 #[test]
 fn slow_handshakes_are_cut_and_good_peers_get_in_while_they_hold_the_maximum() {
     let _watch = common::watchdog(60, "slow handshakes");

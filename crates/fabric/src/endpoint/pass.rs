@@ -2,7 +2,7 @@
 //! the UCX worker, moving what came along, and the read that loops over
 //! passes until a message is delivered or its deadline comes.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Deadline, Endpoint, UDP_LOOK_EVERY};
 use crate::error::{Error, Result};
@@ -11,6 +11,11 @@ use crate::transport::offer::PLACE_MIN;
 use crate::transport::sys;
 use crate::transport::tcp::COLD_EVERY;
 use crate::types::{Completion, Mode, Recv, RecvKind};
+
+/// How long a read that does not wait goes on while passes move bytes
+/// without delivering a message (a long one coming, or a flood of
+/// datagrams that are not ours).
+const TRY_BUSY: Duration = Duration::from_millis(10);
 
 impl Endpoint {
     pub(super) fn read_until(
@@ -21,6 +26,12 @@ impl Endpoint {
         if matches!(deadline, Deadline::Now) {
             self.look_again();
         }
+        // Passes that moved something without delivering (a long message
+        // coming in parts, or datagrams that are not ours): the deadline is
+        // still looked at now and then, so a peer that keeps the endpoint
+        // busy (a flood of junk) does not hold the read past it.
+        let mut busy: u32 = 0;
+        let mut busy_since = None;
         loop {
             if let Some(r) = self.pop_ready(buf)? {
                 self.delivered();
@@ -38,6 +49,20 @@ impl Endpoint {
             self.flush_ctrl();
             if moved || !self.core.ready.is_empty() {
                 self.idle_spins = 0;
+                busy = busy.wrapping_add(1);
+                if busy.is_multiple_of(256) {
+                    let now = Instant::now();
+                    let end = match deadline {
+                        Deadline::At(t) => Some(t),
+                        // A read that does not wait gives a busy spell
+                        // this long.
+                        Deadline::Now => Some(*busy_since.get_or_insert(now) + TRY_BUSY),
+                        Deadline::Never => None,
+                    };
+                    if end.is_some_and(|t| now >= t) {
+                        return Ok(None);
+                    }
+                }
                 continue;
             }
             // Reading the clock costs as much as a pass: while polling, look

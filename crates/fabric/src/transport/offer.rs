@@ -25,7 +25,10 @@
 //! An offer lives for one sleep of one read and is withdrawn before the
 //! read goes on, so the buffer is the read's own until it returns. A
 //! withdrawal that finds the sender BUSY spins a while (the tail of the
-//! copy), then sleeps until the sender rings again. The sender takes an
+//! copy), then sleeps until the sender rings again, for at most
+//! [`busy_limit`]: a sender still BUSY then is taken as broken, the offer
+//! taken back and the connection lost (the sender checks the state before
+//! each of its writes and stops). The sender takes an
 //! offer only when the reader has read everything sent before, so the
 //! `Placed` frame is the next thing the reader reads. The process written
 //! to is the one the kernel names as the socket's peer (and only one of
@@ -52,6 +55,28 @@ pub(crate) const OFFER_WAIT: std::time::Duration = std::time::Duration::from_mil
 /// How long a reader that finds the sender still copying spins before it
 /// sleeps until the sender rings.
 pub(crate) const BUSY_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// How long a reader waits for a sender that is copying into its buffer
+/// before it takes the connection as broken: a sender stopped or hung
+/// inside its copy (or one that wrote `BUSY` and nothing more) would
+/// otherwise hold the read, even one that does not wait, for good. A
+/// copy runs at gigabytes a second; the bound grows by a second for each
+/// [`BUSY_RATE`] bytes of the buffer, for a host that is slow or busy.
+#[cfg(not(test))]
+pub(crate) const BUSY_LIMIT: Duration = Duration::from_secs(10);
+/// The bound in this crate's tests, which hold a sender busy on purpose.
+#[cfg(test)]
+pub(crate) const BUSY_LIMIT: Duration = Duration::from_millis(200);
+
+/// Bytes a second a copy into an offered buffer is given at the least, on
+/// top of [`BUSY_LIMIT`].
+pub(crate) const BUSY_RATE: u64 = 64 << 20;
+
+/// How long a reader waits for a sender copying into an offered buffer of
+/// `len` bytes.
+pub(crate) fn busy_limit(len: u64) -> Duration {
+    BUSY_LIMIT + Duration::from_secs(len / BUSY_RATE)
+}
 
 /// How much of a placed message is left to copy when the sender wakes a
 /// sleeping reader: some 10 µs of copying, about what a wake-up takes.

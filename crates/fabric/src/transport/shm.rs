@@ -150,6 +150,9 @@ pub(crate) struct ShmStream {
 /// Descriptors kept until asked for; older ones are closed.
 const MAX_FDS: usize = 4;
 
+/// Reads of the socket a look for descriptors makes at most.
+const TAKE_READS: usize = 64;
+
 /// Reported rings left in the pipe before the pipe is read: at two bytes
 /// a report at most, what one read of the pipe takes (see `bell`).
 const UNHEARD_MAX: u32 = 32;
@@ -500,7 +503,9 @@ impl ShmStream {
     /// marks the peer gone.
     fn take_fds(&mut self) {
         let mut buf = [0u8; 64];
-        loop {
+        // A peer sends a byte with each descriptor; one that floods the
+        // socket with bytes alone is read at most this far a call.
+        for _ in 0..TAKE_READS {
             match memfd::recv_with_fd(&self.sock, &mut buf) {
                 Ok(Some((0, _))) | Err(_) => {
                     self.peer_gone = true;
@@ -1016,6 +1021,66 @@ mod tests {
             assert!(!b.withdraw(), "{garbage:#x}");
             assert!(!b.take_placed(99, 10));
         }
+    }
+
+    /// A sender that took the offer and stays inside its copy (stopped,
+    /// hung, or one that wrote BUSY and nothing more) holds the reader's
+    /// withdrawal no longer than the bound: the connection is then broken,
+    /// and a sender that goes on writes nothing more into the buffer.
+    #[test]
+    fn a_sender_that_stays_busy_breaks_the_connection_after_a_bound() {
+        let (a, mut b, _d) = pair(4096);
+        let mut buf = vec![0u8; 100_000];
+        assert!(b.offer(&mut buf));
+        let gen = offer::parse(a.tx_offer().words.state.load(Ordering::Acquire)).0;
+        // What `place` does before its copy, and then nothing.
+        let busy = offer::state(gen, Phase::Busy);
+        a.tx_offer().words.state.store(busy, Ordering::Release);
+        let t0 = std::time::Instant::now();
+        assert!(!b.withdraw(), "nothing was placed");
+        let held = t0.elapsed();
+        assert!(
+            held >= std::time::Duration::from_millis(200)
+                && held < std::time::Duration::from_secs(5),
+            "withdrawn after {held:?}"
+        );
+        let mut small = [0u8; 8];
+        assert!(b.try_read(&mut small).is_err(), "the connection is broken");
+        assert!(!b.offer(&mut buf), "no offer on a broken connection");
+        // The offer is taken back: a sender that finds it so copies nothing.
+        assert_ne!(a.tx_offer().words.state.load(Ordering::Acquire), busy);
+        assert!(buf.iter().all(|&x| x == 0));
+    }
+
+    /// A peer that floods the socket beside the ring with bytes and no
+    /// descriptor does not hold a look for descriptors.
+    #[test]
+    fn a_look_for_descriptors_is_bounded_under_a_flood_of_bytes() {
+        let (a, mut b, _d) = pair(4096);
+        let mut flood = a.sock.try_clone().unwrap();
+        flood.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let chunk = [b'z'; 65536];
+            let t0 = std::time::Instant::now();
+            while !stopped.load(Ordering::Relaxed) && t0.elapsed().as_secs() < 10 {
+                let _ = flood.write(&chunk);
+            }
+        });
+        // The socket is full before the look.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t0 = std::time::Instant::now();
+        assert!(b.take_fd().is_none());
+        let took = t0.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "the look took {took:?}"
+        );
+        assert!(!b.peer_gone, "bytes alone do not end the connection");
     }
 
     #[test]

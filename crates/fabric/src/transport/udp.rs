@@ -87,7 +87,10 @@ impl Udp {
         mut user: Option<&mut [u8]>,
     ) -> Result<Step> {
         let mut moved = false;
-        loop {
+        // A sender that floods the socket (junk, or datagrams for another
+        // endpoint) does not keep the pass here: the rest waits for the
+        // next look, and the connections are read meanwhile.
+        for _ in 0..LOOK_MAX {
             // A system call of its own, not libc's (a cancellation point
             // with `errno`): this look runs on every pass of a polling read.
             let (n, src) =
@@ -112,12 +115,16 @@ impl Udp {
                 }
                 Ok(_) => {
                     core.stats.bad_frames += 1;
-                    tracing::warn!(%src, "dropped a datagram that is not for this endpoint");
+                    if loud(core.stats.bad_frames) {
+                        tracing::warn!(%src, bad = core.stats.bad_frames, "dropped a datagram that is not for this endpoint");
+                    }
                     continue;
                 }
                 Err(e) => {
                     core.stats.bad_frames += 1;
-                    tracing::warn!(%src, "dropped a malformed datagram: {e}");
+                    if loud(core.stats.bad_frames) {
+                        tracing::warn!(%src, bad = core.stats.bad_frames, "dropped a malformed datagram: {e}");
+                    }
                     continue;
                 }
             };
@@ -166,4 +173,13 @@ impl Udp {
         }
         Ok(Step::or_moved(moved))
     }
+}
+
+/// Datagrams one look takes off the socket at most.
+const LOOK_MAX: usize = 256;
+
+/// Whether the `n`-th bad datagram is said aloud: the 1st, 2nd, 4th, 8th
+/// and so on, so that a flood of them does not flood the log.
+fn loud(n: u64) -> bool {
+    n.is_power_of_two()
 }

@@ -67,6 +67,7 @@ impl ShmStream {
             return false;
         };
         let mut spin_until = None;
+        let mut busy_since = None;
         loop {
             // SYNC POINT: acquire pairs with the sender's release of PLACED:
             // its copy and the `Placed` frame are visible once it is seen.
@@ -89,9 +90,13 @@ impl ShmStream {
                     if self.peer_gone {
                         return false;
                     }
-                    let until =
-                        *spin_until.get_or_insert_with(|| Instant::now() + offer::BUSY_SPIN);
-                    if Instant::now() < until {
+                    let now = Instant::now();
+                    let since = *busy_since.get_or_insert(now);
+                    if now.duration_since(since) > offer::busy_limit(len) {
+                        return self.give_up_offer(s, gen, now - since);
+                    }
+                    let until = *spin_until.get_or_insert_with(|| now + offer::BUSY_SPIN);
+                    if now < until {
                         for _ in 0..64 {
                             std::hint::spin_loop();
                         }
@@ -103,6 +108,28 @@ impl ShmStream {
                 Err(_) => return false,
             }
         }
+    }
+
+    /// Reader: a sender that stayed inside its copy into the buffer for
+    /// `held`, past the bound: the offer is taken back (a sender that goes
+    /// on checks the state before each write and stops) and the
+    /// connection is broken, so that the read returns rather than waits
+    /// for good. Returns false: nothing was placed.
+    #[cold]
+    fn give_up_offer(&mut self, busy: u64, gen: u64, held: std::time::Duration) -> bool {
+        let _ = self.rx_offer().words.state.compare_exchange(
+            busy,
+            offer::state(gen, Phase::Idle),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        tracing::warn!(
+            "the shared-memory peer held its copy into this reader's buffer for {:.1} s: \
+             the connection is taken as broken",
+            held.as_secs_f64()
+        );
+        self.peer_gone = true;
+        false
     }
 
     /// Reader: whether a `Placed` frame for offer `gen` of `total` bytes
@@ -170,12 +197,32 @@ impl ShmStream {
         // The reader's wake-up takes some microseconds: ring it while the
         // last part is copied, so that it is up when the copy ends.
         let ahead = payload.len().saturating_sub(offer::WAKE_AHEAD);
-        let copied = sys::write_into(pid, &payload[..ahead], addr).and_then(|()| {
-            self.kick_reader();
-            sys::write_into(pid, &payload[ahead..], addr + ahead as u64)
-        });
+        // A reader that waited too long for the copy takes its buffer back
+        // (see `give_up_offer`): each write first checks that it has not.
+        let busy = offer::state(gen, Phase::Busy);
+        let still_busy = |words: &offer::OfferWords| {
+            if words.state.load(Ordering::Acquire) == busy {
+                Ok(())
+            } else {
+                Err(io::Error::from(io::ErrorKind::TimedOut))
+            }
+        };
+        let copied = still_busy(words)
+            .and_then(|()| sys::write_into(pid, &payload[..ahead], addr))
+            .and_then(|()| {
+                self.kick_reader();
+                still_busy(words)
+            })
+            .and_then(|()| sys::write_into(pid, &payload[ahead..], addr + ahead as u64));
         match copied {
             Ok(()) => Ok(Some(gen)),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                self.peer_gone = true;
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the reader took its buffer back before the copy into it ended",
+                ))
+            }
             Err(e) => {
                 words
                     .state
