@@ -96,17 +96,22 @@ fn a_node_without_the_key_reaches_no_endpoint_either_way() {
     passes(&mut member, &mut rx, Transport::Shm);
 }
 
+/// The UDP port of endpoint `ep` of `node`, asked as a member asks it.
+fn udp_port(node: &Node, k: &Key, ep: u32) -> u16 {
+    let mut s = TcpStream::connect(node.tcp_addr().unwrap()).unwrap();
+    let mut h = Header::new(FrameKind::Hello);
+    h.flags = macrolink_wire::Flags::RESOLVE_UDP;
+    h.dst_ep = ep;
+    common::hello(&mut s, k, h, |s, m| s.write_all(m)).offset as u16
+}
+
 #[test]
 fn datagrams_without_the_fabric_token_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let k = key("the cluster's secret, 32 bytes..");
     let a = node(1, dir.path(), &k);
     let mut rx = a.open(5, wait_cfg()).unwrap();
-    let mut s = TcpStream::connect(a.tcp_addr().unwrap()).unwrap();
-    let mut h = Header::new(FrameKind::Hello);
-    h.flags = macrolink_wire::Flags::RESOLVE_UDP;
-    h.dst_ep = 5;
-    let port = common::hello(&mut s, &k, h, |s, m| s.write_all(m)).offset as u16;
+    let port = udp_port(&a, &k, 5);
     let u = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut d = Header::new(FrameKind::Datagram);
     d.src_node = 7;
@@ -156,11 +161,7 @@ fn a_flood_of_junk_datagrams_does_not_hold_the_reader() {
                 },
             )
             .unwrap();
-        let mut s = TcpStream::connect(a.tcp_addr().unwrap()).unwrap();
-        let mut h = Header::new(FrameKind::Hello);
-        h.flags = macrolink_wire::Flags::RESOLVE_UDP;
-        h.dst_ep = ep;
-        let port = common::hello(&mut s, &k, h, |s, m| s.write_all(m)).offset as u16;
+        let port = udp_port(&a, &k, ep);
         passes(&mut tx, &mut rx, Transport::Tcp);
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flooders: Vec<_> = (0..2)

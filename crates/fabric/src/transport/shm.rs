@@ -1052,6 +1052,25 @@ mod tests {
         assert!(buf.iter().all(|&x| x == 0));
     }
 
+    /// A sender that places the message in the instant the reader gives
+    /// up waiting for it: the take-back finds it placed, and the message
+    /// is the reader's, the connection kept.
+    #[test]
+    fn a_message_placed_as_the_reader_gives_up_is_kept() {
+        let (mut a, mut b, _d) = pair(4096);
+        let msg = vec![9u8; 70_000];
+        let mut buf = vec![0u8; 100_000];
+        assert!(b.offer(&mut buf));
+        let gen = a.place(&msg).unwrap().expect("placed");
+        a.placed(gen);
+        let busy = offer::state(gen, Phase::Busy);
+        let held = std::time::Duration::from_secs(11);
+        assert!(b.give_up_offer(busy, gen, buf.len() as u64, held));
+        assert!(b.take_placed(gen, msg.len() as u64));
+        assert!(!b.peer_gone, "the connection is kept");
+        assert_eq!(&buf[..msg.len()], &msg[..]);
+    }
+
     /// A peer that floods the socket beside the ring with bytes and no
     /// descriptor does not hold a look for descriptors.
     #[test]

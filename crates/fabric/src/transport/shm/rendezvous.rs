@@ -93,7 +93,7 @@ impl ShmStream {
                     let now = Instant::now();
                     let since = *busy_since.get_or_insert(now);
                     if now.duration_since(since) > offer::busy_limit(len) {
-                        return self.give_up_offer(s, gen, now - since);
+                        return self.give_up_offer(s, gen, len, now - since);
                     }
                     let until = *spin_until.get_or_insert_with(|| now + offer::BUSY_SPIN);
                     if now < until {
@@ -110,19 +110,31 @@ impl ShmStream {
         }
     }
 
-    /// Reader: a sender that stayed inside its copy into the buffer for
-    /// `held`, past the bound: the offer is taken back (a sender that goes
+    /// Reader: a sender that stayed inside its copy into the buffer (of
+    /// `len` bytes, offer `gen`) for `held`, past the bound: the offer is taken back (a sender that goes
     /// on checks the state before each write and stops) and the
     /// connection is broken, so that the read returns rather than waits
-    /// for good. Returns false: nothing was placed.
+    /// for good. Returns false: nothing was placed; true when the sender
+    /// placed the message in the same instant (the connection stays).
     #[cold]
-    fn give_up_offer(&mut self, busy: u64, gen: u64, held: std::time::Duration) -> bool {
-        let _ = self.rx_offer().words.state.compare_exchange(
+    pub(super) fn give_up_offer(
+        &mut self,
+        busy: u64,
+        gen: u64,
+        len: u64,
+        held: std::time::Duration,
+    ) -> bool {
+        // SYNC POINT: acquire pairs with the sender's release of PLACED.
+        let taken = self.rx_offer().words.state.compare_exchange(
             busy,
             offer::state(gen, Phase::Idle),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+        if taken == Err(offer::state(gen, Phase::Placed)) {
+            self.offers.placed = Some((gen, len));
+            return true;
+        }
         tracing::warn!(
             "the shared-memory peer held its copy into this reader's buffer for {:.1} s: \
              the connection is taken as broken",
