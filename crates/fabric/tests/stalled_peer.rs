@@ -154,3 +154,94 @@ fn a_write_to_a_peer_that_takes_nothing_gives_up_after_the_send_timeout() {
     let r = read_one(&mut good, &mut buf);
     assert_eq!(&buf[..r.len], b"still here");
 }
+
+/// A peer that keeps asking (region queries, each answered) and never
+/// reads the answers: once they fill the way back and the connection's
+/// queue of them, the endpoint reads that peer no further, so the peer's
+/// own writes stop, where before the endpoint's queue grew at the peer's
+/// rate. The send timeout then ends the connection, and the endpoint
+/// serves its other peers.
+#[test]
+fn a_peer_that_asks_and_never_reads_the_answers_is_held_back() {
+    let _watch = watchdog(120, "a peer that asks and never reads");
+    let dir = tempfile::tempdir().unwrap();
+    let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+    let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let timeout = Duration::from_secs(5);
+    let cfg = EndpointConfig {
+        completion: Completion::Poll,
+        send_timeout: Some(timeout),
+        ..EndpointConfig::default()
+    };
+    let mut rx = a.open(5, cfg).unwrap();
+    let mut good = b.open(9, cfg).unwrap();
+    // The reader reads until it has lost the asker and heard the good peer.
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let (mut got, mut lost) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        while (got.is_empty() || lost.is_empty()) && t0.elapsed().as_secs() < 60 {
+            match rx.read_timeout(&mut buf, Duration::from_millis(100)) {
+                Ok(Some(r)) => got.push((r.from, buf[..r.len].to_vec())),
+                Ok(None) => {}
+                Err(Error::PeerLost { peer, reason }) => lost.push((peer, reason)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (rx, got, lost)
+    });
+
+    let asker = Addr::new(7, 7);
+    let mut s = raw_conn(&a, asker);
+    s.set_nonblocking(true).unwrap();
+    let mut q = Header::new(FrameKind::RegionQuery);
+    (q.src_node, q.src_ep, q.dst_ep, q.key) = (asker.node, asker.ep, 5, 0x5eed);
+    let queries = q.encode().repeat(1024);
+    let (mut written, mut at) = (0u64, 0);
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let held = loop {
+        match std::io::Write::write(&mut s, &queries[at..]) {
+            Ok(n) => {
+                written += n as u64;
+                at = (at + n) % queries.len();
+                last = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if last.elapsed() >= Duration::from_secs(1) {
+                    break true;
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            // The connection ended before its writes were held.
+            Err(_) => break false,
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never held back");
+    };
+    let took = last - start;
+    eprintln!("{written} bytes of queries went in {took:?}; held back: {held}");
+    assert!(
+        held,
+        "the send timeout ended the asker before it was held back"
+    );
+    assert!(took < timeout, "held back only after {took:?}");
+
+    // Its connection ends by the send timeout; the endpoint serves others.
+    let t = good
+        .target_via(Addr::new(1, 5), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    good.write(t, b"from the good peer").unwrap();
+    let (rx, got, lost) = reader.join().unwrap();
+    assert_eq!(
+        got,
+        vec![(Addr::new(2, 9), b"from the good peer".to_vec())],
+        "lost: {lost:?}"
+    );
+    assert!(
+        lost.iter()
+            .any(|(peer, why)| *peer == asker && why.contains("took nothing")),
+        "{lost:?}"
+    );
+    assert!(rx.stats().puts_refused > 0, "queries were answered");
+}

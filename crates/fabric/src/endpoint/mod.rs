@@ -436,12 +436,16 @@ impl Endpoint {
         result
     }
 
-    /// Sends queued control answers, between messages.
+    /// Sends queued control answers, between messages; whether there were
+    /// any (a connection that stopped reading for want of room for them
+    /// reads on at the next pass).
     #[inline(always)]
-    fn flush_ctrl(&mut self) {
+    fn flush_ctrl(&mut self) -> bool {
         if !self.in_send && self.core.ctrl_queued != 0 {
             self.send_ctrl();
+            return true;
         }
+        false
     }
 
     #[cold]
@@ -450,7 +454,18 @@ impl Endpoint {
         self.core.ctrl_queued = 0;
         for i in 0..self.slots.len() {
             let gen = self.slots[i].gen;
-            while let Some(conn) = self.slots[i].conn.as_mut() {
+            // What the connection held when the flush began: answers its
+            // peer asks for meanwhile wait for the next one (`ctrl_queued`
+            // counts them), so a peer that keeps asking while it reads
+            // holds no flush for good.
+            let held = match self.slots[i].conn.as_mut() {
+                Some(conn) => conn.link.control().out.len(),
+                None => 0,
+            };
+            for _ in 0..held {
+                let Some(conn) = self.slots[i].conn.as_mut() else {
+                    break;
+                };
                 let Some((mut h, payload)) = conn.link.control().out.pop_front() else {
                     break;
                 };
@@ -497,7 +512,7 @@ impl Endpoint {
     pub fn progress(&mut self) -> Result<bool> {
         self.look_again();
         let moved = self.progress_all(None)?;
-        self.flush_ctrl();
+        let moved = self.flush_ctrl() || moved;
         if moved {
             self.idle_spins = 0;
         }

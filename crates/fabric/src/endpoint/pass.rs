@@ -46,8 +46,8 @@ impl Endpoint {
                 Ok((None, moved)) => moved,
                 Err(e) => return Err(e),
             };
-            self.flush_ctrl();
-            if moved || !self.core.ready.is_empty() {
+            let answered = self.flush_ctrl();
+            if moved || answered || !self.core.ready.is_empty() {
                 self.idle_spins = 0;
                 busy = busy.wrapping_add(1);
                 if busy.is_multiple_of(256) {

@@ -23,7 +23,7 @@
 
 use macrolink_wire::{FrameKind, Header, Refusal, WireError, HEADER_LEN, MAX_FRAME};
 use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 mod puts;
@@ -35,7 +35,15 @@ use super::{ByteStream, Connection, Control, OneSided, SendState};
 use crate::pool::{Chain, TokenPool};
 use crate::puts::PutStatus;
 use crate::rx::{Body, Core, Ready, Step, HOLD, SPINS_PER_CHECK};
-use crate::types::{Addr, Completion, Mode, RegionKey, Transport};
+use crate::types::{Addr, Completion, Mode, Transport};
+
+/// Answers (put acknowledgements, region answers) a connection holds
+/// before they go. At this many it reads no further frame that would add
+/// one until they have gone: a peer that asks and does not read the
+/// answers is held back by its own full stream, not by our memory. As
+/// many as a put initiator keeps the results of (`puts::CAP`): ordinary
+/// traffic does not meet it.
+const CTRL_CAP: usize = 1024;
 
 /// Where the message or put being received on a connection stands.
 #[derive(Debug)]
@@ -169,53 +177,9 @@ impl<S: ByteStream> Framed<S> {
                     }
                     Step::Moved
                 }
-                FrameKind::RegionQuery => {
-                    self.rx.finish();
-                    let mut answer = Header::new(FrameKind::RegionInfo);
-                    answer.key = h.key;
-                    // The memory goes over the socket first; the answer that
-                    // names it follows in the ring.
-                    match core.regions.backing(h.key) {
-                        Some((len, file)) => match self.stream.send_fd(file.as_fd()) {
-                            Ok(()) => answer.total = len as u64,
-                            Err(e) => {
-                                tracing::warn!(peer = %self.peer, "cannot send a region: {e}");
-                                answer.offset = Refusal::Malformed.code();
-                            }
-                        },
-                        None => {
-                            core.stats.puts_refused += 1;
-                            answer.offset = Refusal::BadKey.code();
-                        }
-                    }
-                    core.ctrl_queued += 1;
-                    self.control.out.push_back((answer, Vec::new()));
-                    Step::Moved
-                }
+                FrameKind::RegionQuery => self.region_query(core, h),
                 FrameKind::RegionInfo => self.region_info(core, h),
-                FrameKind::PutDone => {
-                    self.rx.finish();
-                    match core.regions.check(h.key, h.offset, h.total) {
-                        Ok(_) => {
-                            core.stats.bytes_in += h.total;
-                            if h.flags.contains(macrolink_wire::Flags::NOTIFY) {
-                                core.ready.push_back(Ready::Placed {
-                                    from: self.peer,
-                                    transport: self.stream.transport(),
-                                    via: Some(self.id),
-                                    key: RegionKey(h.key),
-                                    offset: h.offset,
-                                    len: h.total as usize,
-                                });
-                            }
-                        }
-                        Err(r) => {
-                            core.stats.bad_frames += 1;
-                            tracing::warn!(peer = %self.peer, "put notice for no region: {r}");
-                        }
-                    }
-                    Step::Moved
-                }
+                FrameKind::PutDone => self.put_done(core, h),
                 FrameKind::Hello | FrameKind::HelloOk | FrameKind::HelloRefused => {
                     return self.violation(core, "handshake frame on an open connection")
                 }
@@ -796,6 +760,8 @@ mod tests {
         at: usize,
         step: usize,
         reads: usize,
+        /// Descriptors sent over it find the socket full.
+        fds_full: bool,
     }
 
     impl ByteStream for Trickle {
@@ -818,6 +784,13 @@ mod tests {
         fn write_interest(&self) -> Interest {
             Interest::Write
         }
+        fn send_fd(&self, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+            if self.fds_full {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        }
     }
 
     /// A connection from endpoint 1:7 reading `bytes`, `step` at a time.
@@ -827,6 +800,7 @@ mod tests {
             at: 0,
             step,
             reads: 0,
+            fds_full: false,
         };
         Framed::new(Addr::new(1, 7), (0, 0), stream)
     }
@@ -940,5 +914,127 @@ mod tests {
         let mut buf = [0u8; 64];
         assert_eq!(f.progress(&mut core, Some(&mut buf)), Step::Idle);
         assert_eq!(f.stream.reads, 1);
+    }
+
+    /// The frame `kind` from endpoint 1:7 to 5 about region `key`, with
+    /// `payload` (a put's bytes at offset 0; a notice's length).
+    fn about(kind: FrameKind, key: u64, payload: &[u8], flags: macrolink_wire::Flags) -> Vec<u8> {
+        let mut h = Header::new(kind);
+        (h.src_node, h.src_ep, h.dst_ep) = (1, 7, 5);
+        (h.key, h.flags) = (key, flags);
+        h.total = payload.len() as u64;
+        if kind == FrameKind::Put {
+            h.len = payload.len() as u32;
+        }
+        let mut b = h.encode().to_vec();
+        if kind == FrameKind::Put {
+            b.extend_from_slice(payload);
+        }
+        b
+    }
+
+    /// Passes until one moves nothing.
+    fn settle(f: &mut Framed<Trickle>, core: &mut Core) {
+        for _ in 0..100_000 {
+            match f.progress(core, None) {
+                Step::Moved => {}
+                Step::Idle => return,
+                other => panic!("{other:?}: {}", core.lost),
+            }
+        }
+        panic!("the connection never settled");
+    }
+
+    /// A peer that asks and does not take the answers: at `CTRL_CAP`
+    /// queued answers its connection is read no further, and reads on as
+    /// they go.
+    #[test]
+    fn answers_a_peer_does_not_take_hold_its_connection_at_the_cap() {
+        let extra = 10;
+        let one = about(FrameKind::RegionQuery, 99, &[], Default::default());
+        let bytes = one.repeat(CTRL_CAP + extra);
+        let mut f = framed(bytes.clone(), usize::MAX);
+        let mut core = core();
+        settle(&mut f, &mut core);
+        assert_eq!(f.control.out.len(), CTRL_CAP);
+        assert_eq!(core.stats.puts_refused, CTRL_CAP as u64);
+        let unread = bytes.len() - f.stream.at;
+        assert!(
+            unread >= (extra - 1) * one.len(),
+            "{unread} bytes left unread"
+        );
+        // The answers go; the rest is read.
+        f.control.out.clear();
+        settle(&mut f, &mut core);
+        assert_eq!(f.control.out.len(), extra);
+        assert_eq!(f.stream.at, bytes.len());
+        assert!(f
+            .control
+            .out
+            .iter()
+            .all(|(h, _)| h.kind == FrameKind::RegionInfo && h.offset == Refusal::BadKey.code()));
+    }
+
+    /// Put notices wait for room in the application's queue: a notice
+    /// and a put the queue is full for stay unread, nothing is lost, and
+    /// they come as the application reads.
+    #[test]
+    fn put_notices_wait_for_room_in_the_ready_queue() {
+        let mut core = core();
+        let key = core.regions.register(4096).unwrap().0;
+        let notify = macrolink_wire::Flags::NOTIFY;
+        let notices = core.ready_cap + 6;
+        let mut bytes = about(FrameKind::PutDone, key, &[0; 8], notify).repeat(notices);
+        bytes.extend(about(FrameKind::Put, key, b"put into", notify));
+        let mut f = framed(bytes.clone(), usize::MAX);
+        settle(&mut f, &mut core);
+        assert_eq!(core.ready.len(), core.ready_cap, "the queue holds its cap");
+        let mut taken = 0;
+        while f.stream.at < bytes.len() || !core.ready.is_empty() {
+            assert!(core.ready.len() <= core.ready_cap);
+            assert!(core.ready.pop_front().is_some(), "a notice was lost");
+            taken += 1;
+            settle(&mut f, &mut core);
+        }
+        assert_eq!(taken, notices + 1);
+        assert_eq!(f.control.out.len(), 1, "the put's answer");
+        assert_eq!(f.control.out[0].0.kind, FrameKind::PutAck);
+        let mut placed = [0u8; 8];
+        assert!(core
+            .regions
+            .read(crate::types::RegionKey(key), 0, &mut placed)
+            .is_some());
+        assert_eq!(&placed, b"put into");
+    }
+
+    /// A peer whose descriptor socket is full has asked for regions and
+    /// not taken them (one at a time is all an initiator asks): its
+    /// connection ends at once, not after a wait for room.
+    #[test]
+    fn region_queries_whose_memory_is_not_taken_end_the_connection() {
+        let mut core = core();
+        let key = core.regions.register(4096).unwrap().0;
+        let mut f = framed(
+            about(FrameKind::RegionQuery, key, &[], Default::default()),
+            64,
+        );
+        f.stream.fds_full = true;
+        assert_eq!(f.progress(&mut core, None), Step::Lost);
+        assert!(
+            core.lost.contains("answers it does not take"),
+            "{}",
+            core.lost
+        );
+        // With room, the same query is answered with the region.
+        let mut f = framed(
+            about(FrameKind::RegionQuery, key, &[], Default::default()),
+            64,
+        );
+        settle(&mut f, &mut core);
+        let (answer, _) = f.control.out.pop_front().expect("an answer");
+        assert_eq!(
+            (answer.kind, answer.offset, answer.total),
+            (FrameKind::RegionInfo, 0, 4096)
+        );
     }
 }

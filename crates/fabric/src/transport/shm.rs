@@ -531,19 +531,11 @@ impl ShmStream {
         }
     }
 
-    /// Sends a descriptor to the peer (ahead of the frame that names it).
+    /// Sends a descriptor to the peer (ahead of the frame that names it),
+    /// without waiting: `WouldBlock` when its socket is full, which a
+    /// peer that takes what it asked for never lets it be.
     pub(crate) fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        for _ in 0..500 {
-            match memfd::send_with_fd(&self.sock, &[0], fd) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => sys::wait_fd(
-                    self.sock.as_raw_fd(),
-                    sys::Interest::Write,
-                    std::time::Duration::from_millis(10),
-                )?,
-                r => return r,
-            }
-        }
-        Err(io::ErrorKind::TimedOut.into())
+        memfd::send_with_fd(&self.sock, &[0], fd)
     }
 
     /// The oldest descriptor the peer sent and we have not taken yet.
@@ -1100,6 +1092,31 @@ mod tests {
             "the look took {took:?}"
         );
         assert!(!b.peer_gone, "bytes alone do not end the connection");
+    }
+
+    /// A peer that takes none of the descriptors sent to it fills its
+    /// socket: the send that finds it full says so at once, without
+    /// waiting for room that such a peer never makes.
+    #[test]
+    fn a_descriptor_send_to_a_full_socket_does_not_wait() {
+        let (a, _b, _d) = pair(4096);
+        let memory = memfd::sealed("region", 4096).unwrap();
+        let t0 = std::time::Instant::now();
+        let mut sent = 0;
+        let err = loop {
+            match a.send_fd(std::os::fd::AsFd::as_fd(&memory)) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 100_000, "the socket never filled");
+        };
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+        assert!(sent > 0);
+        let took = t0.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(2),
+            "{sent} descriptors and a full socket took {took:?}"
+        );
     }
 
     #[test]

@@ -8,10 +8,11 @@
 //!  initiator ── RegionQuery ──► target ── RegionInfo + the region's memfd ──► mapped here
 //! ```
 
-use macrolink_wire::{FrameKind, Header, Refusal};
+use macrolink_wire::{Flags, FrameKind, Header, Refusal};
 use std::io;
+use std::os::fd::AsFd;
 
-use super::{Asm, Framed};
+use super::{Asm, Framed, CTRL_CAP};
 use crate::iobuf::IoBuf;
 use crate::rx::{Core, Ready, Step};
 use crate::transport::region::RemoteRegion;
@@ -19,6 +20,76 @@ use crate::transport::{ByteStream, OneSided, RegionAnswer};
 use crate::types::RegionKey;
 
 impl<S: ByteStream> Framed<S> {
+    /// Whether the frame `h` would queue a notice for the application
+    /// (`notify`) or an answer that the queues have no room for: the
+    /// connection is then not read on until they have.
+    fn no_room(&self, core: &Core, notify: bool) -> bool {
+        self.control.out.len() >= CTRL_CAP || (notify && core.ready.len() >= core.ready_cap)
+    }
+
+    /// A peer asks for a region to write into: its memory goes over the
+    /// socket first, and the answer that names it follows in the ring.
+    pub(super) fn region_query(&mut self, core: &mut Core, h: Header) -> Step {
+        if self.no_room(core, false) {
+            return Step::Idle;
+        }
+        self.rx.finish();
+        let mut answer = Header::new(FrameKind::RegionInfo);
+        answer.key = h.key;
+        match core.regions.backing(h.key) {
+            Some((len, file)) => match self.stream.send_fd(file.as_fd()) {
+                Ok(()) => answer.total = len as u64,
+                // An initiator asks for one region at a time and takes its
+                // memory with the answer: a socket full of descriptors is
+                // one of a peer that asks and does not take them.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return self.violation(core, "region queries whose answers it does not take");
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %self.peer, "cannot send a region: {e}");
+                    answer.offset = Refusal::Malformed.code();
+                }
+            },
+            None => {
+                core.stats.puts_refused += 1;
+                answer.offset = Refusal::BadKey.code();
+            }
+        }
+        core.ctrl_queued += 1;
+        self.control.out.push_back((answer, Vec::new()));
+        Step::Moved
+    }
+
+    /// A peer wrote into one of our regions itself (shared memory) and
+    /// says so.
+    pub(super) fn put_done(&mut self, core: &mut Core, h: Header) -> Step {
+        let notify = h.flags.contains(Flags::NOTIFY);
+        if self.no_room(core, notify) {
+            return Step::Idle;
+        }
+        self.rx.finish();
+        match core.regions.check(h.key, h.offset, h.total) {
+            Ok(_) => {
+                core.stats.bytes_in += h.total;
+                if notify {
+                    core.ready.push_back(Ready::Placed {
+                        from: self.peer,
+                        transport: self.stream.transport(),
+                        via: Some(self.id),
+                        key: RegionKey(h.key),
+                        offset: h.offset,
+                        len: h.total as usize,
+                    });
+                }
+            }
+            Err(r) => {
+                core.stats.bad_frames += 1;
+                tracing::warn!(peer = %self.peer, "put notice for no region: {r}");
+            }
+        }
+        Step::Moved
+    }
+
     pub(super) fn region_info(&mut self, core: &mut Core, h: Header) -> Step {
         if h.len != 0 {
             return self.violation(core, "region answer with a payload");
@@ -44,6 +115,14 @@ impl<S: ByteStream> Framed<S> {
         if !self.frame_started {
             match &self.asm {
                 Asm::Idle => {
+                    // Its answer, and its notice, are queued when the last
+                    // fragment is in: room for them is made sure of now (a
+                    // notice may so go one past the queue's cap for each
+                    // connection, never more).
+                    let notify = h.flags.contains(Flags::NOTIFY);
+                    if self.no_room(core, notify) {
+                        return Step::Idle;
+                    }
                     self.asm = Asm::Put {
                         seq: h.seq,
                         key: h.key,
@@ -51,7 +130,7 @@ impl<S: ByteStream> Framed<S> {
                         total: h.total,
                         got: 0,
                         region: core.regions.check(h.key, h.offset, h.total),
-                        notify: h.flags.contains(macrolink_wire::Flags::NOTIFY),
+                        notify,
                     };
                 }
                 Asm::Put {
