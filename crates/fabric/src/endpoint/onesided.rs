@@ -145,6 +145,19 @@ impl Endpoint {
 
     /// The connection a put target's traffic takes, and whether its
     /// transport puts one-sided.
+    /// Asks the target of `t` for region `key` and goes on without the
+    /// answer: a peer that asks and never takes the answers, for tests.
+    #[cfg(test)]
+    pub(crate) fn ask_region_and_go(&mut self, t: Target, key: RegionKey) -> Result<()> {
+        let (peer, slot, gen, _) = self.put_route(t)?;
+        let mut q = Header::new(FrameKind::RegionQuery);
+        q.src_node = self.node.id;
+        q.src_ep = self.id;
+        q.dst_ep = peer.ep;
+        q.key = key.0;
+        self.send_frame(peer, slot, gen, &q, &[])
+    }
+
     fn put_route(&mut self, t: Target) -> Result<(Addr, u32, u32, bool)> {
         let e = self.entry(t)?;
         if e.mode != Mode::Put {

@@ -39,6 +39,13 @@ const PROBES_PER_PASS: usize = 64;
 /// Messages kept for connections their endpoint has not taken yet, at
 /// most; past that, the rest wait with UCX until it has.
 const LIMBO_CAP: usize = 4096;
+/// Answers (to region queries, revocations; credit) UCX has not finished
+/// sending to one connection's peer, at most: a peer that asks on past it
+/// without taking them (its worker not progressing) is dropped, where UCX
+/// would hold every further answer for it. A peer that progresses has a
+/// few at a time: it asks for one region at a time, and credit goes back
+/// once for each half of its window.
+const ANSWERS_CAP: u32 = 1024;
 /// Largest control message: a header, an address and a packed key.
 const MAX_CONTROL: usize = HEADER_LEN + 8 + MAX_ADDRESS;
 
@@ -66,6 +73,8 @@ struct Entry {
     tx_control: u64,
     /// Messages taken off UCX since the last credit went back.
     owed: u32,
+    /// Answers to it UCX has not finished sending (see [`ANSWERS_CAP`]).
+    unsent: u32,
 }
 
 /// The worker's connections by index: indices are small and dense (the
@@ -178,8 +187,10 @@ pub(crate) struct Port {
     /// given back.
     limbo: Vec<(ffi::TagMessage, ffi::TagRecvInfo)>,
     /// Control messages and credit this side sent, with their bytes, until
-    /// UCX is done with them.
-    sending: Vec<(*mut c_void, Vec<u8>)>,
+    /// UCX is done with them, by the index and token of their connection.
+    sending: Vec<(u16, u64, *mut c_void, Vec<u8>)>,
+    /// Those of connections gone since, left to the port's end.
+    orphans: Vec<(u16, u64, *mut c_void, Vec<u8>)>,
     control: Box<[u8]>,
     spaces: Vec<(*mut u8, usize)>,
     iov: Vec<ffi::DtIov>,
@@ -246,6 +257,7 @@ impl Port {
             ring,
             limbo: Vec::new(),
             sending: Vec::new(),
+            orphans: Vec::new(),
             control: vec![0u8; MAX_CONTROL].into_boxed_slice(),
             spaces: Vec::new(),
             iov: Vec::new(),
@@ -358,6 +370,7 @@ impl Port {
                 ep: conn.ep(),
                 tx_control,
                 owed: 0,
+                unsent: 0,
             },
         );
         Ok(conn)
@@ -365,10 +378,23 @@ impl Port {
 
     /// Forgets the connection at (`slot`, `gen`), which is going away.
     pub(crate) fn forget(&mut self, slot: u32, gen: u32) {
+        if !self.sending.is_empty() {
+            self.reap();
+        }
         for (i, e) in self.table.0.iter_mut().enumerate() {
-            if e.as_ref().is_some_and(|e| e.slot == slot && e.gen == gen) {
-                *e = None;
+            if let Some(gone) = e.take_if(|e| e.slot == slot && e.gen == gen) {
                 self.shared.free(i as u16);
+                // Answers UCX still holds for it (a peer that took none of
+                // them: UCX may not end them when the connection closes)
+                // are waited for no more on each pass, only at the end.
+                if gone.unsent > 0 {
+                    let (left, kept): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut self.sending).into_iter().partition(
+                            |&(index, token, _, _)| index == i as u16 && token == gone.token,
+                        );
+                    self.sending = kept;
+                    self.orphans.extend(left);
+                }
             }
         }
     }
@@ -715,8 +741,7 @@ impl Port {
         if e.owed >= CREDITS / 2 {
             let mut h = Header::new(FrameKind::Credit);
             h.offset = u64::from(std::mem::take(&mut e.owed));
-            let (ep, tag) = (e.ep, e.tx_control);
-            self.send(ep, tag, &h, &[]);
+            self.send(index, &h, &[]);
         }
     }
 
@@ -763,7 +788,10 @@ impl Port {
             return Err("control header and payload disagree");
         }
         let e = &self.table[&index];
-        let (slot, gen, peer, ep, tag) = (e.slot, e.gen, e.peer, e.ep, e.tx_control);
+        let (slot, gen, peer) = (e.slot, e.gen, e.peer);
+        if matches!(h.kind, FrameKind::RegionQuery | FrameKind::Revoke) && e.unsent >= ANSWERS_CAP {
+            return Err("asks on without taking the answers");
+        }
         match h.kind {
             FrameKind::RegionQuery => {
                 let mut a = Header::new(FrameKind::RegionInfo);
@@ -782,7 +810,7 @@ impl Port {
                         a.offset = r.code();
                     }
                 }
-                self.send(ep, tag, &a, &body);
+                self.send(index, &a, &body);
             }
             FrameKind::RegionInfo => {
                 let answer = if h.offset != 0 {
@@ -833,7 +861,7 @@ impl Port {
                 }
                 let mut a = Header::new(FrameKind::Revoked);
                 a.key = h.key;
-                self.send(ep, tag, &a, &[]);
+                self.send(index, &a, &[]);
             }
             FrameKind::Revoked => core.regions.released(Some(h.key), slot, gen),
             FrameKind::Credit => {
@@ -850,8 +878,11 @@ impl Port {
     /// Sends a control message to a peer from here (answers and credit
     /// cannot wait for the endpoint's next write), keeping its bytes until
     /// UCX is done with them.
-    fn send(&mut self, ep: ffi::Ep, tag: u64, h: &Header, payload: &[u8]) {
-        if ep.is_null() {
+    fn send(&mut self, index: u16, h: &Header, payload: &[u8]) {
+        let Some(e) = self.table.get_mut(&index) else {
+            return;
+        };
+        if e.ep.is_null() {
             // A connection UCX cannot answer on (`Conn::unreachable`).
             return;
         }
@@ -860,10 +891,15 @@ impl Port {
         // SAFETY: `ep` belongs to a live connection of this worker (entries
         // go when their connection does); `bytes` stays alive in `sending`
         // until the request completes.
-        let r = unsafe { (self.ucp.tag_send_nbx)(ep, bytes.as_ptr().cast(), bytes.len(), tag, &p) };
+        let r = unsafe {
+            (self.ucp.tag_send_nbx)(e.ep, bytes.as_ptr().cast(), bytes.len(), e.tx_control, &p)
+        };
         match ffi::posted(r) {
             Posted::Done => {}
-            Posted::Request(req) => self.sending.push((req, bytes)),
+            Posted::Request(req) => {
+                e.unsent += 1;
+                self.sending.push((index, e.token, req, bytes));
+            }
             Posted::Failed(s) => {
                 tracing::debug!("a UCX control message failed: {}", self.ucp.describe(s))
             }
@@ -873,7 +909,8 @@ impl Port {
     /// Frees what UCX is done sending.
     fn reap(&mut self) {
         let ucp = self.ucp;
-        self.sending.retain(|&(req, _)| {
+        let table = &mut self.table;
+        self.sending.retain(|&(index, token, req, _)| {
             // SAFETY: a live request of this worker.
             let s = unsafe { (ucp.request_check_status)(req) };
             if s == ffi::UCS_INPROGRESS {
@@ -881,6 +918,10 @@ impl Port {
             }
             // SAFETY: complete; freed once.
             unsafe { (ucp.request_free)(req) };
+            // Not a later connection at the same index.
+            if let Some(e) = table.get_mut(&index).filter(|e| e.token == token) {
+                e.unsent -= 1;
+            }
             false
         });
     }
@@ -914,7 +955,8 @@ impl Port {
 impl Drop for Port {
     fn drop(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(2);
-        for (req, _) in std::mem::take(&mut self.sending) {
+        let sending = std::mem::take(&mut self.sending);
+        for (_, _, req, _) in sending.into_iter().chain(std::mem::take(&mut self.orphans)) {
             // SAFETY: a live request of this worker, cancelled and waited
             // for (its connection is closed by now, which ends it soon).
             unsafe {
@@ -931,5 +973,86 @@ impl Drop for Port {
             (self.ucp.worker_destroy)(self.worker.h);
             drop(Box::from_raw(self.ring));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ANSWERS_CAP;
+    use crate::{
+        Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RegionKey, Transport, UcxOptions,
+    };
+    use std::time::{Duration, Instant};
+
+    /// A peer that asks for regions on and on, its worker never
+    /// progressing to take the answers, is dropped once UCX holds
+    /// `ANSWERS_CAP` of them for it, where before every further answer
+    /// waited in UCX's memory; the endpoint serves on.
+    #[test]
+    fn a_peer_that_asks_and_never_takes_the_answers_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = |id| {
+            let mut c = NodeConfig::local(id, dir.path());
+            c.ucx = Some(UcxOptions {
+                tls: Some("sm".into()),
+                devices: None,
+            });
+            macrolink_testbed::require::ucx(Node::start(c))
+        };
+        let (Some(a), Some(b)) = (node(1), node(2)) else {
+            return;
+        };
+        b.add_peer(1, a.tcp_addr().unwrap());
+        let cfg = EndpointConfig {
+            completion: Completion::Poll,
+            ..EndpointConfig::default()
+        };
+        let mut target = a.open(5, cfg).unwrap();
+        let mut asker = b.open(9, cfg).unwrap();
+        let t = asker
+            .target_via(target.addr(), Mode::Put, Transport::Ucx)
+            .unwrap();
+        let mut asked = 0;
+        while target.stats().bad_frames == 0 && asked < 4 * ANSWERS_CAP {
+            asker.ask_region_and_go(t, RegionKey(77)).unwrap();
+            asked += 1;
+            // The target takes each query as it comes; the asker never
+            // progresses.
+            for _ in 0..4 {
+                target.progress().unwrap();
+            }
+        }
+        let stats = target.stats();
+        // The asker takes its answers now, so that UCX ends them before
+        // the test's endpoints close.
+        for _ in 0..100 {
+            asker.progress().ok();
+            target.progress().ok();
+        }
+        let mut buf = [0u8; 64];
+        match target.read_timeout(&mut buf, Duration::from_secs(5)) {
+            Err(Error::PeerLost { peer, reason }) => {
+                assert_eq!(peer, asker.addr());
+                assert!(reason.contains("without taking the answers"), "{reason}");
+            }
+            other => panic!("after {asked} queries: {other:?}; {stats:?}"),
+        }
+        assert!(asked > ANSWERS_CAP, "dropped after {asked} queries");
+        assert_eq!(stats.bad_frames, 1);
+        // Another peer is served.
+        let mut good = b.open(10, cfg).unwrap();
+        let t = good
+            .target_via(target.addr(), Mode::Reliable, Transport::Ucx)
+            .unwrap();
+        good.write(t, b"still served").unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let r = loop {
+            good.progress().unwrap();
+            if let Some(r) = target.try_read(&mut buf).unwrap() {
+                break r;
+            }
+            assert!(Instant::now() < until, "the good peer was not heard");
+        };
+        assert_eq!((r.from, &buf[..r.len]), (good.addr(), &b"still served"[..]));
     }
 }
