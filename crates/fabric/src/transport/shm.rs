@@ -829,10 +829,15 @@ mod tests {
         assert!(!b.withdraw());
         assert_eq!(a.place(&msg).unwrap(), None);
         assert!(buf2.iter().all(|&x| x == 0));
-        // An offer too small for the message stays out, untouched.
+        // An offer too small for the message stays out, untouched, and a
+        // reader asleep on it while the sender looked is woken.
         let mut small = vec![0u8; 1000];
         assert!(b.offer(&mut small));
+        assert!(!rung(b.raw_fd()));
+        b.rx().reader_sleeping.store(1, Ordering::Relaxed);
         assert_eq!(a.place(&msg).unwrap(), None);
+        assert!(rung(b.raw_fd()), "the reader is not woken");
+        b.rx().reader_sleeping.store(0, Ordering::Relaxed);
         assert!(!b.withdraw());
         assert!(small.iter().all(|&x| x == 0));
     }

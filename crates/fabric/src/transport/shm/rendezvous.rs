@@ -204,6 +204,8 @@ impl ShmStream {
         let len = words.len.load(Ordering::Relaxed);
         if len < payload.len() as u64 {
             words.state.store(s, Ordering::Release);
+            // A reader that saw BUSY may sleep on it: it is over.
+            self.kick_reader();
             return Ok(None);
         }
         // The reader's wake-up takes some microseconds: ring it while the
@@ -239,6 +241,7 @@ impl ShmStream {
                 words
                     .state
                     .store(offer::state(gen, Phase::Idle), Ordering::Release);
+                self.kick_reader();
                 if e.raw_os_error() != Some(libc::EFAULT) {
                     // No permission (another user, a sandbox): not again.
                     self.offers.peer_pid = None;
