@@ -143,21 +143,27 @@ impl Endpoint {
         Ok(PutHandle(seq))
     }
 
-    /// The connection a put target's traffic takes, and whether its
-    /// transport puts one-sided.
     /// Asks the target of `t` for region `key` and goes on without the
     /// answer: a peer that asks and never takes the answers, for tests.
     #[cfg(test)]
     pub(crate) fn ask_region_and_go(&mut self, t: Target, key: RegionKey) -> Result<()> {
         let (peer, slot, gen, _) = self.put_route(t)?;
+        let q = self.region_query(peer, key);
+        self.send_frame(peer, slot, gen, &q, &[])
+    }
+
+    /// The question to `peer` for its region `key`.
+    fn region_query(&self, peer: Addr, key: RegionKey) -> Header {
         let mut q = Header::new(FrameKind::RegionQuery);
         q.src_node = self.node.id;
         q.src_ep = self.id;
         q.dst_ep = peer.ep;
         q.key = key.0;
-        self.send_frame(peer, slot, gen, &q, &[])
+        q
     }
 
+    /// The connection a put target's traffic takes, and whether its
+    /// transport puts one-sided.
     fn put_route(&mut self, t: Target) -> Result<(Addr, u32, u32, bool)> {
         let e = self.entry(t)?;
         if e.mode != Mode::Put {
@@ -283,11 +289,7 @@ impl Endpoint {
             return Ok(i);
         }
         self.conn_mut(peer, slot, gen)?.link.control().region_reply = None;
-        let mut q = Header::new(FrameKind::RegionQuery);
-        q.src_node = self.node.id;
-        q.src_ep = self.id;
-        q.dst_ep = peer.ep;
-        q.key = key.0;
+        let q = self.region_query(peer, key);
         self.send_frame(peer, slot, gen, &q, &[])?;
         loop {
             let conn = self.conn_mut(peer, slot, gen)?;
