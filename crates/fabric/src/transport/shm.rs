@@ -152,6 +152,9 @@ const MAX_FDS: usize = 4;
 
 /// Reads of the socket a look for descriptors makes at most.
 const TAKE_READS: usize = 64;
+/// Bytes read since the head was last published, at least, for a reader
+/// that caught up with the writer to publish it.
+const PUBLISH_CAUGHT_UP: u64 = 4096;
 
 /// Reported rings left in the pipe before the pipe is read: at two bytes
 /// a report at most, what one read of the pipe takes (see `bell`).
@@ -378,10 +381,15 @@ impl ShmStream {
         self.rx_head += n as u64;
         // A frame's header and payload are two reads, and a stream of small
         // frames many: the head is published when the reader has caught up
-        // with the tail it saw, or has read a quarter of the ring since it
-        // last did, and at the latest when a pass of reads is done
-        // (`read_done`) or before the reader waits.
-        if self.rx_head == self.rx_tail_seen || self.rx_head - self.rx_published >= self.cap / 4 {
+        // with the tail it saw after a page or more since it last did, or
+        // has read a quarter of the ring, and at the latest when a pass of
+        // reads is done (`read_done`) or before the reader waits. Not after
+        // each small message: its fence would stand between the message
+        // and the application's answer (4 % of an 8-byte ping-pong here).
+        let unpublished = self.rx_head - self.rx_published;
+        if (self.rx_head == self.rx_tail_seen && unpublished >= PUBLISH_CAUGHT_UP)
+            || unpublished >= self.cap / 4
+        {
             self.publish_head();
         }
         Ok(n)
@@ -1097,6 +1105,31 @@ mod tests {
             "the look took {took:?}"
         );
         assert!(!b.peer_gone, "bytes alone do not end the connection");
+    }
+
+    /// A reader that caught up with a small message does not publish its
+    /// head at once (the fence would delay its answer); a pass's end, a
+    /// page caught up with or a sleep does.
+    #[test]
+    fn the_head_goes_out_after_a_page_or_a_pass_not_each_small_message() {
+        let (mut a, mut b, _d) = pair(1 << 16);
+        let head = |a: &ShmStream| a.tx().head.load(Ordering::Acquire);
+        let mut buf = [0u8; 64];
+        a.try_write(&[IoSlice::new(&[1u8; 64])]).unwrap();
+        assert_eq!(b.try_read(&mut buf).unwrap(), 64);
+        assert_eq!(head(&a), 0, "published after one small message");
+        b.read_done();
+        assert_eq!(head(&a), 64, "a pass's end publishes");
+        for _ in 0..PUBLISH_CAUGHT_UP / 64 {
+            a.try_write(&[IoSlice::new(&[2u8; 64])]).unwrap();
+            assert_eq!(b.try_read(&mut buf).unwrap(), 64);
+        }
+        assert_eq!(head(&a), 64 + PUBLISH_CAUGHT_UP, "a page caught up with");
+        a.try_write(&[IoSlice::new(&[3u8; 64])]).unwrap();
+        assert_eq!(b.try_read(&mut buf).unwrap(), 64);
+        assert!(b.arm_read(), "nothing more to read");
+        assert_eq!(head(&a), 128 + PUBLISH_CAUGHT_UP, "a sleep publishes");
+        b.disarm();
     }
 
     /// A peer that takes none of the descriptors sent to it fills its
