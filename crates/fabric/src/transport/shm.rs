@@ -385,7 +385,7 @@ impl ShmStream {
         // has read a quarter of the ring, and at the latest when a pass of
         // reads is done (`read_done`) or before the reader waits. Not after
         // each small message: its fence would stand between the message
-        // and the application's answer (4 % of an 8-byte ping-pong here).
+        // and the application's answer.
         let unpublished = self.rx_head - self.rx_published;
         if (self.rx_head == self.rx_tail_seen && unpublished >= PUBLISH_CAUGHT_UP)
             || unpublished >= self.cap / 4
