@@ -152,6 +152,12 @@ impl Endpoint {
         self.send_frame(peer, slot, gen, &q, &[])
     }
 
+    /// How many answers of connections gone its UCX worker holds.
+    #[cfg(test)]
+    pub(crate) fn ucx_orphans(&self) -> usize {
+        self.ucx.as_ref().map_or(0, |p| p.orphans())
+    }
+
     /// The question to `peer` for its region `key`.
     fn region_query(&self, peer: Addr, key: RegionKey) -> Header {
         let mut q = Header::new(FrameKind::RegionQuery);

@@ -361,7 +361,7 @@ impl NodeShared {
         side: Arc<ucx::Shared>,
     ) -> Result<Dialled> {
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let (index, token) = side.allocate()?.ok_or(Error::Refused {
+        let (index, token) = side.allocate(to.node)?.ok_or(Error::Refused {
             peer: to,
             why: Refusal::Busy,
         })?;
@@ -653,7 +653,7 @@ where
     // UCX: the cards follow the answer; the connection is the endpoint's
     // before this side's card goes, so that the peer's first message finds
     // it.
-    let Some((index, token)) = side.allocate()? else {
+    let Some((index, token)) = side.allocate(peer.node)? else {
         return refuse(&mut t, Refusal::Busy);
     };
     answer(&mut t)?;

@@ -46,6 +46,16 @@ const LIMBO_CAP: usize = 4096;
 /// few at a time: it asks for one region at a time, and credit goes back
 /// once for each half of its window.
 const ANSWERS_CAP: u32 = 1024;
+/// Answers of connections gone that UCX has not ended (UCX 1.13 did not
+/// end those of a peer that never took them, its connection closed), at
+/// most: a node whose connections left `ANSWERS_CAP` of them gets no new
+/// UCX connection until UCX ends some, and past this many in all no node
+/// does, so that a peer that reconnects and leaves its answers untaken
+/// each time does not add `ANSWERS_CAP` more with each connection.
+const ORPHANS_CAP: usize = 8 * ANSWERS_CAP as usize;
+/// Passes that moved something between two looks at those answers, while
+/// there are some.
+const ORPHANS_LOOK_EVERY: u32 = 1024;
 /// Largest control message: a header, an address and a packed key.
 const MAX_CONTROL: usize = HEADER_LEN + 8 + MAX_ADDRESS;
 
@@ -59,6 +69,16 @@ pub(crate) struct Pending {
 // SAFETY: the message handle is UCX's, used only by the thread that owns
 // the endpoint (and with it the worker the handle belongs to).
 unsafe impl Send for Pending {}
+
+/// An answer UCX still held when its connection went, with the node of
+/// the peer it was for.
+#[derive(Debug)]
+struct Orphan {
+    node: u32,
+    req: *mut c_void,
+    /// What UCX may still read.
+    _bytes: Vec<u8>,
+}
 
 /// One connection as the worker knows it.
 #[derive(Debug)]
@@ -189,8 +209,13 @@ pub(crate) struct Port {
     /// Control messages and credit this side sent, with their bytes, until
     /// UCX is done with them, by the index and token of their connection.
     sending: Vec<(u16, u64, *mut c_void, Vec<u8>)>,
-    /// Those of connections gone since, left to the port's end.
-    orphans: Vec<(u16, u64, *mut c_void, Vec<u8>)>,
+    /// Those of connections gone since, looked at now and then (see
+    /// [`ORPHANS_CAP`]), else left to the port's end.
+    orphans: Vec<Orphan>,
+    /// Passes that moved something since the last look at `orphans`.
+    orphans_look: u32,
+    /// The nodes refused for them (see [`Shared`]'s own list).
+    refused: Vec<u32>,
     control: Box<[u8]>,
     spaces: Vec<(*mut u8, usize)>,
     iov: Vec<ffi::DtIov>,
@@ -258,6 +283,8 @@ impl Port {
             limbo: Vec::new(),
             sending: Vec::new(),
             orphans: Vec::new(),
+            orphans_look: 0,
+            refused: Vec::new(),
             control: vec![0u8; MAX_CONTROL].into_boxed_slice(),
             spaces: Vec::new(),
             iov: Vec::new(),
@@ -381,22 +408,67 @@ impl Port {
         if !self.sending.is_empty() {
             self.reap();
         }
+        let mut orphaned = false;
         for (i, e) in self.table.0.iter_mut().enumerate() {
             if let Some(gone) = e.take_if(|e| e.slot == slot && e.gen == gen) {
                 self.shared.free(i as u16);
                 // Answers UCX still holds for it (a peer that took none of
                 // them: UCX may not end them when the connection closes)
-                // are waited for no more on each pass, only at the end.
+                // are looked at now and then, not on each pass.
                 if gone.unsent > 0 {
                     let (left, kept): (Vec<_>, Vec<_>) =
                         std::mem::take(&mut self.sending).into_iter().partition(
                             |&(index, token, _, _)| index == i as u16 && token == gone.token,
                         );
                     self.sending = kept;
-                    self.orphans.extend(left);
+                    self.orphans
+                        .extend(left.into_iter().map(|(_, _, req, bytes)| Orphan {
+                            node: gone.peer.node,
+                            req,
+                            _bytes: bytes,
+                        }));
+                    orphaned = true;
                 }
             }
         }
+        if orphaned {
+            self.reap_orphans();
+        }
+    }
+
+    /// Frees the answers of connections gone that UCX has ended; refuses
+    /// new connections with the nodes that left too many of the rest (see
+    /// [`ORPHANS_CAP`]).
+    fn reap_orphans(&mut self) {
+        let ucp = self.ucp;
+        self.orphans.retain(|o| {
+            // SAFETY: a live request of this worker.
+            if unsafe { (ucp.request_check_status)(o.req) } == ffi::UCS_INPROGRESS {
+                return true;
+            }
+            // SAFETY: complete; freed once.
+            unsafe { (ucp.request_free)(o.req) };
+            false
+        });
+        let refused = to_refuse(self.orphans.iter().map(|o| o.node).collect());
+        if refused != self.refused {
+            if !refused.is_empty() {
+                tracing::warn!(
+                    held = self.orphans.len(),
+                    nodes = ?refused,
+                    "UCX holds answers for connections gone that their peers never took: \
+                     no new UCX connection with these nodes until it ends them"
+                );
+            }
+            self.shared.refuse(refused.clone());
+            self.refused = refused;
+        }
+    }
+
+    /// How many answers of connections gone UCX holds.
+    #[cfg(test)]
+    pub(crate) fn orphans(&self) -> usize {
+        self.orphans.len()
     }
 
     /// Prepares to sleep on the worker's descriptor; false when it has
@@ -430,6 +502,13 @@ impl Port {
         self.worker.stirred.set(true);
         if !self.sending.is_empty() {
             self.reap();
+        }
+        if !self.orphans.is_empty() {
+            self.orphans_look += 1;
+            if self.orphans_look >= ORPHANS_LOOK_EVERY {
+                self.orphans_look = 0;
+                self.reap_orphans();
+            }
         }
         if let Some(step) = self.datagrams(core, &mut user) {
             return step;
@@ -952,11 +1031,31 @@ impl Port {
     }
 }
 
+/// The nodes to refuse, given the node of each answer UCX holds for a
+/// connection gone (see [`ORPHANS_CAP`]).
+fn to_refuse(mut nodes: Vec<u32>) -> Vec<u32> {
+    if nodes.len() >= ORPHANS_CAP {
+        return vec![super::ALL];
+    }
+    nodes.sort_unstable();
+    nodes
+        .chunk_by(|a, b| a == b)
+        .filter(|run| run.len() >= ANSWERS_CAP as usize)
+        .map(|run| run[0])
+        .collect()
+}
+
 impl Drop for Port {
     fn drop(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(2);
+        // Their bytes are kept until the worker is gone.
         let sending = std::mem::take(&mut self.sending);
-        for (_, _, req, _) in sending.into_iter().chain(std::mem::take(&mut self.orphans)) {
+        let orphans = std::mem::take(&mut self.orphans);
+        let reqs = sending
+            .iter()
+            .map(|s| s.2)
+            .chain(orphans.iter().map(|o| o.req));
+        for req in reqs {
             // SAFETY: a live request of this worker, cancelled and waited
             // for (its connection is closed by now, which ends it soon).
             unsafe {
@@ -973,61 +1072,64 @@ impl Drop for Port {
             (self.ucp.worker_destroy)(self.worker.h);
             drop(Box::from_raw(self.ring));
         }
+        drop((sending, orphans));
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ANSWERS_CAP;
+    use super::{to_refuse, ANSWERS_CAP, ORPHANS_CAP};
     use crate::{
         Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RegionKey, Transport, UcxOptions,
     };
     use std::time::{Duration, Instant};
 
-    /// A peer that asks for regions on and on, its worker never
-    /// progressing to take the answers, is dropped once UCX holds
-    /// `ANSWERS_CAP` of them for it, where before every further answer
-    /// waited in UCX's memory; the endpoint serves on.
     #[test]
-    fn a_peer_that_asks_and_never_takes_the_answers_is_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let node = |id| {
-            let mut c = NodeConfig::local(id, dir.path());
-            c.ucx = Some(UcxOptions {
-                tls: Some("sm".into()),
-                devices: None,
-            });
-            macrolink_testbed::require::ucx(Node::start(c))
-        };
-        let (Some(a), Some(b)) = (node(1), node(2)) else {
-            return;
-        };
-        b.add_peer(1, a.tcp_addr().unwrap());
-        let cfg = EndpointConfig {
+    fn nodes_are_refused_for_what_their_connections_left() {
+        let cap = ANSWERS_CAP as usize;
+        assert!(to_refuse(Vec::new()).is_empty());
+        let mut held = vec![7; cap - 1];
+        held.extend([3, 9, 3]);
+        assert!(to_refuse(held.clone()).is_empty(), "under the cap");
+        held.push(7);
+        assert_eq!(to_refuse(held.clone()), vec![7]);
+        held.extend(std::iter::repeat_n(3, cap));
+        assert_eq!(to_refuse(held.clone()), vec![3, 7]);
+        let many: Vec<u32> = (0..ORPHANS_CAP as u32).map(|i| i % 64).collect();
+        assert_eq!(to_refuse(many), vec![super::super::ALL], "every node");
+    }
+
+    /// A UCX node for these tests: `None` without UCX (outside CI).
+    fn ucx_node(dir: &std::path::Path, id: u32) -> Option<Node> {
+        let mut c = NodeConfig::local(id, dir);
+        c.ucx = Some(UcxOptions {
+            tls: Some("sm".into()),
+            devices: None,
+        });
+        macrolink_testbed::require::ucx(Node::start(c))
+    }
+
+    fn poll() -> EndpointConfig {
+        EndpointConfig {
             completion: Completion::Poll,
             ..EndpointConfig::default()
-        };
-        let mut target = a.open(5, cfg).unwrap();
-        let mut asker = b.open(9, cfg).unwrap();
+        }
+    }
+
+    /// Connects `asker` to `target` over UCX and asks for a region on and
+    /// on, never progressing, until `target` drops it; how many it asked.
+    fn ask_until_dropped(asker: &mut crate::Endpoint, target: &mut crate::Endpoint) -> u32 {
         let t = asker
             .target_via(target.addr(), Mode::Put, Transport::Ucx)
             .unwrap();
+        let before = target.stats().bad_frames;
         let mut asked = 0;
-        while target.stats().bad_frames == 0 && asked < 4 * ANSWERS_CAP {
+        while target.stats().bad_frames == before && asked < 4 * ANSWERS_CAP {
             asker.ask_region_and_go(t, RegionKey(77)).unwrap();
             asked += 1;
-            // The target takes each query as it comes; the asker never
-            // progresses.
             for _ in 0..4 {
                 target.progress().unwrap();
             }
-        }
-        let stats = target.stats();
-        // The asker takes its answers now, so that UCX ends them before
-        // the test's endpoints close.
-        for _ in 0..100 {
-            asker.progress().ok();
-            target.progress().ok();
         }
         let mut buf = [0u8; 64];
         match target.read_timeout(&mut buf, Duration::from_secs(5)) {
@@ -1035,24 +1137,91 @@ mod tests {
                 assert_eq!(peer, asker.addr());
                 assert!(reason.contains("without taking the answers"), "{reason}");
             }
-            other => panic!("after {asked} queries: {other:?}; {stats:?}"),
+            other => panic!("after {asked} queries: {other:?}"),
         }
-        assert!(asked > ANSWERS_CAP, "dropped after {asked} queries");
-        assert_eq!(stats.bad_frames, 1);
-        // Another peer is served.
-        let mut good = b.open(10, cfg).unwrap();
-        let t = good
-            .target_via(target.addr(), Mode::Reliable, Transport::Ucx)
-            .unwrap();
-        good.write(t, b"still served").unwrap();
+        assert_eq!(target.stats().bad_frames, before + 1);
+        asked
+    }
+
+    /// Whether `from` can connect to `to` over UCX and be heard.
+    fn heard(from: &mut crate::Endpoint, to: &mut crate::Endpoint) -> Result<(), Error> {
+        let t = from.target_via(to.addr(), Mode::Reliable, Transport::Ucx)?;
+        from.write(t, b"still served")?;
+        let mut buf = [0u8; 64];
         let until = Instant::now() + Duration::from_secs(10);
         let r = loop {
-            good.progress().unwrap();
-            if let Some(r) = target.try_read(&mut buf).unwrap() {
+            from.progress()?;
+            if let Some(r) = to.try_read(&mut buf)? {
                 break r;
             }
-            assert!(Instant::now() < until, "the good peer was not heard");
+            assert!(Instant::now() < until, "not heard");
         };
-        assert_eq!((r.from, &buf[..r.len]), (good.addr(), &b"still served"[..]));
+        assert_eq!((r.from, &buf[..r.len]), (from.addr(), &b"still served"[..]));
+        Ok(())
+    }
+
+    fn is_busy(r: Result<(), Error>) -> bool {
+        matches!(r, Err(Error::Refused { why, .. }) if why.to_string() == "too many handshakes pending")
+    }
+
+    /// A peer that asks for regions on and on, its worker never
+    /// progressing to take the answers, is dropped once UCX holds
+    /// `ANSWERS_CAP` of them for it, where before every further answer
+    /// waited in UCX's memory. Its node then gets no new UCX connection
+    /// while they are held (UCX does not end them once the connection is
+    /// closed), where before each new one could leave as many more for
+    /// good; other nodes are served.
+    #[test]
+    fn a_peer_that_asks_and_never_takes_the_answers_is_dropped_and_its_node_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (Some(a), Some(b), Some(c)) = (
+            ucx_node(dir.path(), 1),
+            ucx_node(dir.path(), 2),
+            ucx_node(dir.path(), 3),
+        ) else {
+            return;
+        };
+        for n in [&b, &c] {
+            n.add_peer(1, a.tcp_addr().unwrap());
+        }
+        let mut target = a.open(5, poll()).unwrap();
+        // Kept, never progressing.
+        let mut asker = b.open(20, poll()).unwrap();
+        let asked = ask_until_dropped(&mut asker, &mut target);
+        assert!(asked > ANSWERS_CAP, "{asked}");
+        assert_eq!(target.ucx_orphans(), ANSWERS_CAP as usize);
+        let mut again = b.open(21, poll()).unwrap();
+        assert!(is_busy(heard(&mut again, &mut target)), "node 2 refused");
+        let mut other = c.open(22, poll()).unwrap();
+        heard(&mut other, &mut target).unwrap();
+    }
+
+    /// Past `ORPHANS_CAP` answers of connections gone, held for several
+    /// nodes, the endpoint takes no new UCX connection from any node: what
+    /// UCX holds for peers that never take it stays bounded.
+    #[test]
+    fn answers_left_by_connections_gone_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(a) = ucx_node(dir.path(), 1) else {
+            return;
+        };
+        let mut target = a.open(5, poll()).unwrap();
+        let nodes = ORPHANS_CAP / ANSWERS_CAP as usize;
+        let mut kept = Vec::new();
+        for id in 0..nodes as u32 {
+            let n = ucx_node(dir.path(), 10 + id).unwrap();
+            n.add_peer(1, a.tcp_addr().unwrap());
+            let mut asker = n.open(20, poll()).unwrap();
+            ask_until_dropped(&mut asker, &mut target);
+            kept.push((n, asker));
+        }
+        assert_eq!(target.ucx_orphans(), ORPHANS_CAP);
+        let fresh = ucx_node(dir.path(), 99).unwrap();
+        fresh.add_peer(1, a.tcp_addr().unwrap());
+        let mut asker = fresh.open(20, poll()).unwrap();
+        assert!(
+            is_busy(heard(&mut asker, &mut target)),
+            "every node refused"
+        );
     }
 }
