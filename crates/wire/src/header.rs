@@ -142,6 +142,9 @@ pub enum Refusal {
     Busy,
     /// The node does not carry the transport the hello asks for.
     Unsupported,
+    /// The endpoint still holds answers that earlier connections of the
+    /// peer's node never took (UCX's own sends): no new one until they go.
+    Held,
     /// A code this version does not know.
     Other(u64),
 }
@@ -158,6 +161,7 @@ impl Refusal {
             Refusal::OtherSession => 6,
             Refusal::Busy => 7,
             Refusal::Unsupported => 8,
+            Refusal::Held => 9,
             Refusal::Other(c) => c,
         }
     }
@@ -173,6 +177,7 @@ impl Refusal {
             6 => Refusal::OtherSession,
             7 => Refusal::Busy,
             8 => Refusal::Unsupported,
+            9 => Refusal::Held,
             c => Refusal::Other(c),
         }
     }
@@ -189,6 +194,9 @@ impl std::fmt::Display for Refusal {
             Refusal::OtherSession => f.write_str("the endpoint serves another session"),
             Refusal::Busy => f.write_str("too many handshakes pending"),
             Refusal::Unsupported => f.write_str("the node does not carry that transport"),
+            Refusal::Held => f.write_str(
+                "answers to earlier connections of this node, never taken, are still held there",
+            ),
             Refusal::Other(c) => write!(f, "refusal code {c}"),
         }
     }
@@ -540,6 +548,11 @@ mod tests {
             Refusal::BadKey,
             Refusal::OutOfBounds,
             Refusal::Malformed,
+            Refusal::Unauthenticated,
+            Refusal::OtherSession,
+            Refusal::Busy,
+            Refusal::Unsupported,
+            Refusal::Held,
             Refusal::Other(77),
         ] {
             assert_eq!(Refusal::from_code(r.code()), r);

@@ -361,7 +361,13 @@ impl NodeShared {
         side: Arc<ucx::Shared>,
     ) -> Result<Dialled> {
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let (index, token) = side.allocate(to.node)?.ok_or(Error::Refused {
+        if side.refuses(to.node) {
+            return Err(Error::Refused {
+                peer: to,
+                why: Refusal::Held,
+            });
+        }
+        let (index, token) = side.allocate()?.ok_or(Error::Refused {
             peer: to,
             why: Refusal::Busy,
         })?;
@@ -653,7 +659,10 @@ where
     // UCX: the cards follow the answer; the connection is the endpoint's
     // before this side's card goes, so that the peer's first message finds
     // it.
-    let Some((index, token)) = side.allocate(peer.node)? else {
+    if side.refuses(peer.node) {
+        return refuse(&mut t, Refusal::Held);
+    }
+    let Some((index, token)) = side.allocate()? else {
         return refuse(&mut t, Refusal::Busy);
     };
     answer(&mut t)?;

@@ -310,18 +310,16 @@ impl Shared {
         *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = nodes;
     }
 
-    fn refuses(&self, node: u32) -> bool {
+    /// Whether new connections with `node` are refused for now (see
+    /// `refused`).
+    pub(crate) fn refuses(&self, node: u32) -> bool {
         let r = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         r.iter().any(|&n| n == node || n == ALL)
     }
 
-    /// A free index and a fresh token for a new connection with a peer on
-    /// `node`; `None` when the endpoint has 65,536 UCX connections
-    /// already, or refuses the node's for now (see `refused`).
-    pub(crate) fn allocate(&self, node: u32) -> io::Result<Option<(u16, u64)>> {
-        if self.refuses(node) {
-            return Ok(None);
-        }
+    /// A free index and a fresh token for a new connection; `None` when
+    /// the endpoint has 65,536 UCX connections already.
+    pub(crate) fn allocate(&self) -> io::Result<Option<(u16, u64)>> {
         let mut t = [0u8; 8];
         getrandom::fill(&mut t).map_err(|e| io::Error::other(e.to_string()))?;
         let token = u64::from_le_bytes(t) & TOKEN_MASK;
@@ -525,25 +523,25 @@ mod tests {
     #[test]
     fn indices_are_handed_out_once_and_given_back() {
         let s = Shared::new(vec![1, 2, 3]);
-        let (a, ta) = s.allocate(1).unwrap().unwrap();
-        let (b, tb) = s.allocate(2).unwrap().unwrap();
+        let (a, ta) = s.allocate().unwrap().unwrap();
+        let (b, tb) = s.allocate().unwrap().unwrap();
         assert_ne!(a, b);
         assert!(ta <= TOKEN_MASK && tb <= TOKEN_MASK);
         assert!(s.holds(a, ta) && s.holds(b, tb));
         assert!(!s.holds(a, tb), "another token");
         s.free(a);
         assert!(!s.holds(a, ta), "given back");
-        let (c, tc) = s.allocate(1).unwrap().unwrap();
+        let (c, tc) = s.allocate().unwrap().unwrap();
         assert_eq!(c, a, "a freed index is taken again");
         assert!(s.holds(c, tc));
         let card = s.card(b, tb);
         assert_eq!((card.index, card.token, card.credits), (b, tb, CREDITS));
         s.refuse(vec![2]);
-        assert!(s.allocate(2).unwrap().is_none(), "a refused node");
-        assert!(s.allocate(3).unwrap().is_some(), "another node");
+        assert!(s.refuses(2), "a refused node");
+        assert!(!s.refuses(3), "another node");
         s.refuse(vec![ALL]);
-        assert!(s.allocate(3).unwrap().is_none(), "every node refused");
+        assert!(s.refuses(3), "every node refused");
         s.refuse(Vec::new());
-        assert!(s.allocate(2).unwrap().is_some(), "taken again");
+        assert!(!s.refuses(2), "taken again");
     }
 }

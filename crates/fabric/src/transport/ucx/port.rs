@@ -1082,6 +1082,7 @@ mod tests {
     use crate::{
         Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RegionKey, Transport, UcxOptions,
     };
+    use macrolink_wire::Refusal;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -1160,8 +1161,14 @@ mod tests {
         Ok(())
     }
 
-    fn is_busy(r: Result<(), Error>) -> bool {
-        matches!(r, Err(Error::Refused { why, .. }) if why.to_string() == "too many handshakes pending")
+    fn is_held(r: Result<(), Error>) -> bool {
+        matches!(
+            r,
+            Err(Error::Refused {
+                why: Refusal::Held,
+                ..
+            })
+        )
     }
 
     /// A peer that asks for regions on and on, its worker never
@@ -1191,7 +1198,7 @@ mod tests {
         assert!(asked > ANSWERS_CAP, "{asked}");
         assert_eq!(target.ucx_orphans(), ANSWERS_CAP as usize);
         let mut again = b.open(21, poll()).unwrap();
-        assert!(is_busy(heard(&mut again, &mut target)), "node 2 refused");
+        assert!(is_held(heard(&mut again, &mut target)), "node 2 refused");
         let mut other = c.open(22, poll()).unwrap();
         heard(&mut other, &mut target).unwrap();
     }
@@ -1220,7 +1227,7 @@ mod tests {
         fresh.add_peer(1, a.tcp_addr().unwrap());
         let mut asker = fresh.open(20, poll()).unwrap();
         assert!(
-            is_busy(heard(&mut asker, &mut target)),
+            is_held(heard(&mut asker, &mut target)),
             "every node refused"
         );
     }
