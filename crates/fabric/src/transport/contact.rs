@@ -361,12 +361,6 @@ impl NodeShared {
         side: Arc<ucx::Shared>,
     ) -> Result<Dialled> {
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        if side.refuses(to.node) {
-            return Err(Error::Refused {
-                peer: to,
-                why: Refusal::Held,
-            });
-        }
         let (index, token) = side.allocate()?.ok_or(Error::Refused {
             peer: to,
             why: Refusal::Busy,

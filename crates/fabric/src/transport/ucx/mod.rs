@@ -30,6 +30,7 @@
 
 mod conn;
 pub(crate) mod ffi;
+mod held;
 mod port;
 
 use macrolink_wire::ucx::{Card, TOKEN_MASK};
@@ -287,34 +288,39 @@ pub(crate) struct Shared {
     address: Vec<u8>,
     /// The token of each index in use.
     used: Mutex<Vec<Option<u64>>>,
-    /// Nodes whose connections left answers untaken with UCX (see
-    /// `port::ORPHANS_CAP`), refused until UCX ends them; `ALL` when
-    /// connections gone left as many as the worker may hold.
-    refused: Mutex<Vec<u32>>,
+    /// Nodes refused for the answers UCX holds for them (see
+    /// [`Refused`]).
+    refused: Mutex<Refused>,
 }
 
-/// In [`Shared::refused`]: every node is refused.
-pub(crate) const ALL: u32 = u32::MAX;
+/// Whom an endpoint takes no new UCX connection from: the nodes UCX holds
+/// `held::ANSWERS_CAP` untaken answers for (those of connections gone
+/// included: UCX 1.13 did not end a closed endpoint's sends), or every
+/// node while it holds `held::TOTAL_CAP` in all; until UCX ends them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) all: bool,
+    pub(crate) nodes: Vec<u32>,
+}
 
 impl Shared {
     fn new(address: Vec<u8>) -> Shared {
         Shared {
             address,
             used: Mutex::new(Vec::new()),
-            refused: Mutex::new(Vec::new()),
+            refused: Mutex::new(Refused::default()),
         }
     }
 
-    /// Refuses new connections with `nodes` from now on (see `refused`).
-    pub(crate) fn refuse(&self, nodes: Vec<u32>) {
-        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = nodes;
+    /// Refuses new connections as `r` says from now on.
+    pub(crate) fn refuse(&self, r: Refused) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = r;
     }
 
-    /// Whether new connections with `node` are refused for now (see
-    /// `refused`).
+    /// Whether new connections with `node` are refused for now.
     pub(crate) fn refuses(&self, node: u32) -> bool {
         let r = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
-        r.iter().any(|&n| n == node || n == ALL)
+        r.all || r.nodes.contains(&node)
     }
 
     /// A free index and a fresh token for a new connection; `None` when
@@ -536,12 +542,18 @@ mod tests {
         assert!(s.holds(c, tc));
         let card = s.card(b, tb);
         assert_eq!((card.index, card.token, card.credits), (b, tb, CREDITS));
-        s.refuse(vec![2]);
-        assert!(s.refuses(2), "a refused node");
+        s.refuse(Refused {
+            all: false,
+            nodes: vec![2, u32::MAX],
+        });
+        assert!(s.refuses(2) && s.refuses(u32::MAX), "refused nodes");
         assert!(!s.refuses(3), "another node");
-        s.refuse(vec![ALL]);
+        s.refuse(Refused {
+            all: true,
+            nodes: Vec::new(),
+        });
         assert!(s.refuses(3), "every node refused");
-        s.refuse(Vec::new());
+        s.refuse(Refused::default());
         assert!(!s.refuses(2), "taken again");
     }
 }

@@ -26,7 +26,10 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::ffi::{self, Posted, Ucp};
-use super::{control_bytes, error, finish, Contact, Context, Shared, Worker, CREDITS, DATAGRAM_AM};
+use super::held::{Answer, Held, ANSWERS_CAP, TOTAL_CAP};
+use super::{
+    control_bytes, error, finish, Contact, Context, Refused, Shared, Worker, CREDITS, DATAGRAM_AM,
+};
 use crate::rx::{Body, Core, Ready, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, RegionAnswer};
@@ -39,23 +42,6 @@ const PROBES_PER_PASS: usize = 64;
 /// Messages kept for connections their endpoint has not taken yet, at
 /// most; past that, the rest wait with UCX until it has.
 const LIMBO_CAP: usize = 4096;
-/// Answers (to region queries, revocations; credit) UCX has not finished
-/// sending to one connection's peer, at most: a peer that asks on past it
-/// without taking them (its worker not progressing) is dropped, where UCX
-/// would hold every further answer for it. A peer that progresses has a
-/// few at a time: it asks for one region at a time, and credit goes back
-/// once for each half of its window.
-const ANSWERS_CAP: u32 = 1024;
-/// Answers of connections gone that UCX has not ended (UCX 1.13 did not
-/// end those of a peer that never took them, its connection closed), at
-/// most: a node whose connections left `ANSWERS_CAP` of them gets no new
-/// UCX connection until UCX ends some, and past this many in all no node
-/// does, so that a peer that reconnects and leaves its answers untaken
-/// each time does not add `ANSWERS_CAP` more with each connection.
-const ORPHANS_CAP: usize = 8 * ANSWERS_CAP as usize;
-/// Passes that moved something between two looks at those answers, while
-/// there are some.
-const ORPHANS_LOOK_EVERY: u32 = 1024;
 /// Largest control message: a header, an address and a packed key.
 const MAX_CONTROL: usize = HEADER_LEN + 8 + MAX_ADDRESS;
 
@@ -70,16 +56,6 @@ pub(crate) struct Pending {
 // the endpoint (and with it the worker the handle belongs to).
 unsafe impl Send for Pending {}
 
-/// An answer UCX still held when its connection went, with the node of
-/// the peer it was for.
-#[derive(Debug)]
-struct Orphan {
-    node: u32,
-    req: *mut c_void,
-    /// What UCX may still read.
-    _bytes: Vec<u8>,
-}
-
 /// One connection as the worker knows it.
 #[derive(Debug)]
 struct Entry {
@@ -93,8 +69,6 @@ struct Entry {
     tx_control: u64,
     /// Messages taken off UCX since the last credit went back.
     owed: u32,
-    /// Answers to it UCX has not finished sending (see [`ANSWERS_CAP`]).
-    unsent: u32,
 }
 
 /// The worker's connections by index: indices are small and dense (the
@@ -206,16 +180,11 @@ pub(crate) struct Port {
     /// again every pass until it has, or until the handshake's index is
     /// given back.
     limbo: Vec<(ffi::TagMessage, ffi::TagRecvInfo)>,
-    /// Control messages and credit this side sent, with their bytes, until
-    /// UCX is done with them, by the index and token of their connection.
-    sending: Vec<(u16, u64, *mut c_void, Vec<u8>)>,
-    /// Those of connections gone since, looked at now and then (see
-    /// [`ORPHANS_CAP`]), else left to the port's end.
-    orphans: Vec<Orphan>,
-    /// Passes that moved something since the last look at `orphans`.
-    orphans_look: u32,
-    /// The nodes refused for them (see [`Shared`]'s own list).
-    refused: Vec<u32>,
+    /// Control messages and credit this side sent, with their bytes,
+    /// until UCX is done with them.
+    held: Held,
+    /// Whom the acceptors refuse for them.
+    refused: Refused,
     control: Box<[u8]>,
     spaces: Vec<(*mut u8, usize)>,
     iov: Vec<ffi::DtIov>,
@@ -281,10 +250,8 @@ impl Port {
             table: Table(Vec::new()),
             ring,
             limbo: Vec::new(),
-            sending: Vec::new(),
-            orphans: Vec::new(),
-            orphans_look: 0,
-            refused: Vec::new(),
+            held: Held::default(),
+            refused: Refused::default(),
             control: vec![0u8; MAX_CONTROL].into_boxed_slice(),
             spaces: Vec::new(),
             iov: Vec::new(),
@@ -397,7 +364,6 @@ impl Port {
                 ep: conn.ep(),
                 tx_control,
                 owed: 0,
-                unsent: 0,
             },
         );
         Ok(conn)
@@ -405,59 +371,41 @@ impl Port {
 
     /// Forgets the connection at (`slot`, `gen`), which is going away.
     pub(crate) fn forget(&mut self, slot: u32, gen: u32) {
-        if !self.sending.is_empty() {
+        if self.held.has_live() {
             self.reap();
         }
-        let mut orphaned = false;
         for (i, e) in self.table.0.iter_mut().enumerate() {
             if let Some(gone) = e.take_if(|e| e.slot == slot && e.gen == gen) {
                 self.shared.free(i as u16);
                 // Answers UCX still holds for it (a peer that took none of
                 // them: UCX may not end them when the connection closes)
                 // are looked at now and then, not on each pass.
-                if gone.unsent > 0 {
-                    let (left, kept): (Vec<_>, Vec<_>) =
-                        std::mem::take(&mut self.sending).into_iter().partition(
-                            |&(index, token, _, _)| index == i as u16 && token == gone.token,
-                        );
-                    self.sending = kept;
-                    self.orphans
-                        .extend(left.into_iter().map(|(_, _, req, bytes)| Orphan {
-                            node: gone.peer.node,
-                            req,
-                            _bytes: bytes,
-                        }));
-                    orphaned = true;
-                }
+                self.held.orphan(i as u16, gone.token);
             }
-        }
-        if orphaned {
-            self.reap_orphans();
         }
     }
 
-    /// Frees the answers of connections gone that UCX has ended; refuses
-    /// new connections with the nodes that left too many of the rest (see
-    /// [`ORPHANS_CAP`]).
-    fn reap_orphans(&mut self) {
+    /// Frees the answers of connections gone that UCX has ended.
+    fn reap_gone(&mut self) {
         let ucp = self.ucp;
-        self.orphans.retain(|o| {
-            // SAFETY: a live request of this worker.
-            if unsafe { (ucp.request_check_status)(o.req) } == ffi::UCS_INPROGRESS {
-                return true;
-            }
-            // SAFETY: complete; freed once.
-            unsafe { (ucp.request_free)(o.req) };
-            false
-        });
-        let refused = to_refuse(self.orphans.iter().map(|o| o.node).collect());
+        // SAFETY: live requests of this worker, each freed once, when done.
+        self.held.reap_gone(|req| unsafe { finished(ucp, req) });
+        self.publish();
+    }
+
+    /// Tells the acceptors whom to refuse, if that changed.
+    fn publish(&mut self) {
+        let Some(refused) = self.held.changed() else {
+            return;
+        };
         if refused != self.refused {
-            if !refused.is_empty() {
+            if refused != Refused::default() {
                 tracing::warn!(
-                    held = self.orphans.len(),
-                    nodes = ?refused,
-                    "UCX holds answers for connections gone that their peers never took: \
-                     no new UCX connection with these nodes until it ends them"
+                    held = self.held.total(),
+                    nodes = ?refused.nodes,
+                    all = refused.all,
+                    "UCX holds answers that peers of these nodes never took: \
+                     no new UCX connection with them until it ends them"
                 );
             }
             self.shared.refuse(refused.clone());
@@ -468,7 +416,7 @@ impl Port {
     /// How many answers of connections gone UCX holds.
     #[cfg(test)]
     pub(crate) fn orphans(&self) -> usize {
-        self.orphans.len()
+        self.held.gone()
     }
 
     /// Prepares to sleep on the worker's descriptor; false when it has
@@ -493,6 +441,9 @@ impl Port {
         conn: &mut dyn Conns,
     ) -> Step {
         self.worker.progress();
+        if self.held.tick() {
+            self.reap_gone();
+        }
         // Nothing moved since the last look: nothing came to look for.
         let stirred = self.worker.stirred();
         if !stirred && self.limbo.is_empty() && self.ring_is_empty() {
@@ -500,15 +451,8 @@ impl Port {
         }
         // Until the probe below finds UCX empty, the next pass looks again.
         self.worker.stirred.set(true);
-        if !self.sending.is_empty() {
+        if self.held.has_live() {
             self.reap();
-        }
-        if !self.orphans.is_empty() {
-            self.orphans_look += 1;
-            if self.orphans_look >= ORPHANS_LOOK_EVERY {
-                self.orphans_look = 0;
-                self.reap_orphans();
-            }
         }
         if let Some(step) = self.datagrams(core, &mut user) {
             return step;
@@ -868,8 +812,18 @@ impl Port {
         }
         let e = &self.table[&index];
         let (slot, gen, peer) = (e.slot, e.gen, e.peer);
-        if matches!(h.kind, FrameKind::RegionQuery | FrameKind::Revoke) && e.unsent >= ANSWERS_CAP {
-            return Err("asks on without taking the answers");
+        if matches!(h.kind, FrameKind::RegionQuery | FrameKind::Revoke) {
+            if self.held.of_node(peer.node) >= ANSWERS_CAP {
+                return Err("asks on without taking the answers");
+            }
+            if self.held.total() >= TOTAL_CAP {
+                self.fail(
+                    index,
+                    conn,
+                    "UCX holds as many untaken answers as it may".into(),
+                );
+                return Ok(());
+            }
         }
         match h.kind {
             FrameKind::RegionQuery => {
@@ -968,7 +922,7 @@ impl Port {
         let bytes = control_bytes(h, payload);
         let p = ffi::RequestParam::new();
         // SAFETY: `ep` belongs to a live connection of this worker (entries
-        // go when their connection does); `bytes` stays alive in `sending`
+        // go when their connection does); `bytes` stays alive in `held`
         // until the request completes.
         let r = unsafe {
             (self.ucp.tag_send_nbx)(e.ep, bytes.as_ptr().cast(), bytes.len(), e.tx_control, &p)
@@ -976,8 +930,14 @@ impl Port {
         match ffi::posted(r) {
             Posted::Done => {}
             Posted::Request(req) => {
-                e.unsent += 1;
-                self.sending.push((index, e.token, req, bytes));
+                self.held.push(Answer {
+                    index,
+                    token: e.token,
+                    node: e.peer.node,
+                    req,
+                    _bytes: bytes,
+                });
+                self.publish();
             }
             Posted::Failed(s) => {
                 tracing::debug!("a UCX control message failed: {}", self.ucp.describe(s))
@@ -988,21 +948,9 @@ impl Port {
     /// Frees what UCX is done sending.
     fn reap(&mut self) {
         let ucp = self.ucp;
-        let table = &mut self.table;
-        self.sending.retain(|&(index, token, req, _)| {
-            // SAFETY: a live request of this worker.
-            let s = unsafe { (ucp.request_check_status)(req) };
-            if s == ffi::UCS_INPROGRESS {
-                return true;
-            }
-            // SAFETY: complete; freed once.
-            unsafe { (ucp.request_free)(req) };
-            // Not a later connection at the same index.
-            if let Some(e) = table.get_mut(&index).filter(|e| e.token == token) {
-                e.unsent -= 1;
-            }
-            false
-        });
+        // SAFETY: live requests of this worker, each freed once, when done.
+        self.held.reap(|req| unsafe { finished(ucp, req) });
+        self.publish();
     }
 
     /// Takes a message off UCX and drops it.
@@ -1031,36 +979,32 @@ impl Port {
     }
 }
 
-/// The nodes to refuse, given the node of each answer UCX holds for a
-/// connection gone (see [`ORPHANS_CAP`]).
-fn to_refuse(mut nodes: Vec<u32>) -> Vec<u32> {
-    if nodes.len() >= ORPHANS_CAP {
-        return vec![super::ALL];
+/// Whether UCX is done with `req`, which is then freed.
+///
+/// # Safety
+/// `req` is a live request of a worker this thread drives, not freed yet.
+unsafe fn finished(ucp: &Ucp, req: *mut c_void) -> bool {
+    // SAFETY: as the caller promised.
+    if unsafe { (ucp.request_check_status)(req) } == ffi::UCS_INPROGRESS {
+        return false;
     }
-    nodes.sort_unstable();
-    nodes
-        .chunk_by(|a, b| a == b)
-        .filter(|run| run.len() >= ANSWERS_CAP as usize)
-        .map(|run| run[0])
-        .collect()
+    // SAFETY: complete; freed once.
+    unsafe { (ucp.request_free)(req) };
+    true
 }
 
 impl Drop for Port {
     fn drop(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(2);
         // Their bytes are kept until the worker is gone.
-        let sending = std::mem::take(&mut self.sending);
-        let orphans = std::mem::take(&mut self.orphans);
-        let reqs = sending
-            .iter()
-            .map(|s| s.2)
-            .chain(orphans.iter().map(|o| o.req));
-        for req in reqs {
+        let held = self.held.take_all();
+        for a in &held {
             // SAFETY: a live request of this worker, cancelled and waited
-            // for (its connection is closed by now, which ends it soon).
+            // for until the deadline: those of connections gone UCX may
+            // never end, and go with the worker.
             unsafe {
-                (self.ucp.request_cancel)(self.worker.h, req);
-                finish(self.ucp, &self.worker, req, Some(deadline));
+                (self.ucp.request_cancel)(self.worker.h, a.req);
+                finish(self.ucp, &self.worker, a.req, Some(deadline));
             }
         }
         // Probed messages not received: UCX frees them with the worker.
@@ -1072,33 +1016,18 @@ impl Drop for Port {
             (self.ucp.worker_destroy)(self.worker.h);
             drop(Box::from_raw(self.ring));
         }
-        drop((sending, orphans));
+        drop(held);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{to_refuse, ANSWERS_CAP, ORPHANS_CAP};
+    use super::super::held::{ANSWERS_CAP, TOTAL_CAP};
     use crate::{
         Completion, EndpointConfig, Error, Mode, Node, NodeConfig, RegionKey, Transport, UcxOptions,
     };
     use macrolink_wire::Refusal;
     use std::time::{Duration, Instant};
-
-    #[test]
-    fn nodes_are_refused_for_what_their_connections_left() {
-        let cap = ANSWERS_CAP as usize;
-        assert!(to_refuse(Vec::new()).is_empty());
-        let mut held = vec![7; cap - 1];
-        held.extend([3, 9, 3]);
-        assert!(to_refuse(held.clone()).is_empty(), "under the cap");
-        held.push(7);
-        assert_eq!(to_refuse(held.clone()), vec![7]);
-        held.extend(std::iter::repeat_n(3, cap));
-        assert_eq!(to_refuse(held.clone()), vec![3, 7]);
-        let many: Vec<u32> = (0..ORPHANS_CAP as u32).map(|i| i % 64).collect();
-        assert_eq!(to_refuse(many), vec![super::super::ALL], "every node");
-    }
 
     /// A UCX node for these tests: `None` without UCX (outside CI).
     fn ucx_node(dir: &std::path::Path, id: u32) -> Option<Node> {
@@ -1203,7 +1132,7 @@ mod tests {
         heard(&mut other, &mut target).unwrap();
     }
 
-    /// Past `ORPHANS_CAP` answers of connections gone, held for several
+    /// Past `TOTAL_CAP` answers of connections gone, held for several
     /// nodes, the endpoint takes no new UCX connection from any node: what
     /// UCX holds for peers that never take it stays bounded.
     #[test]
@@ -1213,7 +1142,7 @@ mod tests {
             return;
         };
         let mut target = a.open(5, poll()).unwrap();
-        let nodes = ORPHANS_CAP / ANSWERS_CAP as usize;
+        let nodes = TOTAL_CAP / ANSWERS_CAP as usize;
         let mut kept = Vec::new();
         for id in 0..nodes as u32 {
             let n = ucx_node(dir.path(), 10 + id).unwrap();
@@ -1222,7 +1151,7 @@ mod tests {
             ask_until_dropped(&mut asker, &mut target);
             kept.push((n, asker));
         }
-        assert_eq!(target.ucx_orphans(), ORPHANS_CAP);
+        assert_eq!(target.ucx_orphans(), TOTAL_CAP);
         let fresh = ucx_node(dir.path(), 99).unwrap();
         fresh.add_peer(1, a.tcp_addr().unwrap());
         let mut asker = fresh.open(20, poll()).unwrap();
@@ -1230,5 +1159,59 @@ mod tests {
             is_held(heard(&mut asker, &mut target)),
             "every node refused"
         );
+    }
+
+    /// Several connections of one node asking at once, none taking the
+    /// answers, share their node's `ANSWERS_CAP`: where each could leave
+    /// as many before, UCX holds no more for the node than one could.
+    #[test]
+    fn connections_of_one_node_share_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (Some(a), Some(b)) = (ucx_node(dir.path(), 1), ucx_node(dir.path(), 2)) else {
+            return;
+        };
+        b.add_peer(1, a.tcp_addr().unwrap());
+        let mut target = a.open(5, poll()).unwrap();
+        let mut askers: Vec<_> = (0..3)
+            .map(|k| {
+                let mut e = b.open(20 + k, poll()).unwrap();
+                let t = e
+                    .target_via(target.addr(), Mode::Put, Transport::Ucx)
+                    .unwrap();
+                (e, t)
+            })
+            .collect();
+        let mut asked = 0;
+        while target.stats().bad_frames < 3 && asked < 4 * ANSWERS_CAP {
+            for (e, t) in &mut askers {
+                // One dropped already: its sends may fail.
+                let _ = e.ask_region_and_go(*t, RegionKey(77));
+            }
+            asked += 1;
+            for _ in 0..8 {
+                target.progress().unwrap();
+            }
+        }
+        // Queries of a connection dropped count as frames of none.
+        assert!(target.stats().bad_frames >= 3, "after {asked} rounds");
+        let mut buf = [0u8; 64];
+        let mut lost = Vec::new();
+        for _ in 0..3 {
+            match target.read_timeout(&mut buf, Duration::from_secs(5)) {
+                Err(Error::PeerLost { peer, reason }) => {
+                    assert!(reason.contains("without taking the answers"), "{reason}");
+                    lost.push(peer);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        lost.sort_by_key(|p| p.ep);
+        let askers: Vec<_> = askers.iter().map(|(e, _)| e.addr()).collect();
+        assert_eq!(lost, askers);
+        assert!(
+            asked < ANSWERS_CAP,
+            "the three shared one cap: {asked} rounds"
+        );
+        assert_eq!(target.ucx_orphans(), ANSWERS_CAP as usize);
     }
 }
