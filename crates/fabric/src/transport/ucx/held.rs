@@ -91,20 +91,20 @@ impl Held {
     }
 
     /// Drops those `done` says UCX has finished (it frees them).
-    pub(super) fn reap(&mut self, mut done: impl FnMut(*mut c_void) -> bool) {
-        let was = self.total();
-        let (by_node, crossed) = (&mut self.by_node, &mut self.crossed);
-        self.live
-            .retain(|a| !(done(a.req) && forget(by_node, crossed, a.node)));
-        self.crossed |= was >= TOTAL_CAP && self.total() < TOTAL_CAP;
+    pub(super) fn reap(&mut self, done: impl FnMut(*mut c_void) -> bool) {
+        self.reap_in(false, done);
     }
 
     /// As [`reap`](Self::reap), for the answers of connections gone.
-    pub(super) fn reap_gone(&mut self, mut done: impl FnMut(*mut c_void) -> bool) {
+    pub(super) fn reap_gone(&mut self, done: impl FnMut(*mut c_void) -> bool) {
+        self.reap_in(true, done);
+    }
+
+    fn reap_in(&mut self, gone: bool, mut done: impl FnMut(*mut c_void) -> bool) {
         let was = self.total();
+        let list = if gone { &mut self.gone } else { &mut self.live };
         let (by_node, crossed) = (&mut self.by_node, &mut self.crossed);
-        self.gone
-            .retain(|a| !(done(a.req) && forget(by_node, crossed, a.node)));
+        list.retain(|a| !(done(a.req) && forget(by_node, crossed, a.node)));
         self.crossed |= was >= TOTAL_CAP && self.total() < TOTAL_CAP;
     }
 
