@@ -9,7 +9,7 @@
 //! ```text
 //!  send pending ──► live ──(its connection goes)──► gone
 //!                    │                                │
-//!                    └──── UCX done: freed ◄──────────┘ (looked at now and then)
+//!                    └──── UCX done: freed ◄──────────┘ (looked at every 100 ms)
 //!
 //!  by node:  ≥ ANSWERS_CAP ─► its connections' questions end them; no new connection from it
 //!  in all:   ≥ TOTAL_CAP   ─► every node's questions wait for none; no new connection at all
@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::time::{Duration, Instant};
 
 use super::Refused;
 
@@ -32,8 +33,13 @@ pub(super) const ANSWERS_CAP: u32 = 1024;
 /// it, no new connection from any node, and questions end their
 /// connection.
 pub(super) const TOTAL_CAP: usize = 8 * ANSWERS_CAP as usize;
-/// Passes between two looks at the answers of connections gone.
+/// Passes between two looks at the clock, while there are answers of
+/// connections gone.
 const LOOK_EVERY: u32 = 4096;
+/// Time between two looks at them: a look asks UCX about each (up to
+/// `TOTAL_CAP`, some tens of microseconds), which a polling reader's
+/// every 4096 passes would feel.
+const LOOK_GAP: Duration = Duration::from_millis(100);
 
 /// One answer UCX has not finished sending.
 #[derive(Debug)]
@@ -54,8 +60,10 @@ pub(super) struct Held {
     /// Of connections gone.
     gone: Vec<Answer>,
     by_node: HashMap<u32, u32>,
-    /// Passes since the last look at `gone`.
+    /// Passes since the last look at the clock, and the last look at
+    /// `gone`.
     passes: u32,
+    looked: Option<Instant>,
     /// Whether a node or the total crossed its cap since the last
     /// [`changed`](Self::changed).
     crossed: bool,
@@ -124,7 +132,8 @@ impl Held {
     }
 
     /// Counts a pass; whether it is time to look at the answers of
-    /// connections gone.
+    /// connections gone (every [`LOOK_GAP`], the clock read every
+    /// [`LOOK_EVERY`] passes).
     pub(super) fn tick(&mut self) -> bool {
         if self.gone.is_empty() {
             return false;
@@ -134,6 +143,14 @@ impl Held {
             return false;
         }
         self.passes = 0;
+        let now = Instant::now();
+        if self
+            .looked
+            .is_some_and(|t| now.duration_since(t) < LOOK_GAP)
+        {
+            return false;
+        }
+        self.looked = Some(now);
         true
     }
 
@@ -246,7 +263,9 @@ mod tests {
         h.push(answer(1, 1, 1));
         h.orphan(1, 7);
         let looks = (0..2 * LOOK_EVERY).filter(|_| h.tick()).count();
-        assert_eq!(looks, 2);
+        assert_eq!(looks, 1, "then not again within the gap");
+        std::thread::sleep(LOOK_GAP);
+        assert!((0..LOOK_EVERY).any(|_| h.tick()), "after the gap");
         assert_eq!(h.take_all().len(), 1);
         assert_eq!(h.of_node(1), 0);
     }
