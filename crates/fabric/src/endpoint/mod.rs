@@ -10,13 +10,15 @@
 //! Here the endpoint and its sends; [`targets`] names peers and holds the
 //! connections, [`pass`] moves incoming traffic and loops a read over
 //! passes, [`sleep`] spins or sleeps when a pass moved nothing,
-//! [`onesided`] holds the put mode and [`waits`] the epoll set of an
-//! endpoint of many connections or one that waits.
+//! [`onesided`] holds the put mode, [`waits`] the epoll set of an
+//! endpoint of many connections or one that waits, and [`udp_look`] when a
+//! pass looks at the datagram socket.
 
 mod onesided;
 mod pass;
 mod sleep;
 mod targets;
+mod udp_look;
 mod waits;
 
 use macrolink_wire::{FrameKind, Header};
@@ -90,10 +92,6 @@ impl ucx::Conns for Vec<Slot> {
     }
 }
 
-/// Passes between looks at an endpoint's datagram socket while no
-/// datagram has come yet.
-const UDP_LOOK_EVERY: u32 = 1024;
-
 /// Idle passes after traffic that spin without pausing.
 const HOT_SPINS: u32 = 1024;
 
@@ -148,18 +146,11 @@ pub struct Endpoint {
     /// waiting read offers it its buffer (see `transport::offer`).
     offer_to: Option<usize>,
     idle_spins: u32,
-    /// Datagrams are in use: look at the UDP socket on every pass.
-    udp_hot: bool,
-    /// Passes, busy or idle, until the next look at the UDP socket while
-    /// it is not in use.
-    udp_countdown: u32,
+    /// When a pass looks at the UDP socket.
+    udp_look: udp_look::UdpLook,
     /// Passes until the next look at the wait set for what the dozing
     /// connections have (while it watches).
     cold_countdown: u32,
-    /// The UDP socket may hold datagrams not looked for yet. A waiting
-    /// endpoint looks at it only then: its sleep polls the socket and says
-    /// when something came.
-    udp_woke: bool,
     in_send: bool,
     send_timeout: Option<Duration>,
 }
@@ -208,10 +199,8 @@ impl Endpoint {
             },
             offer_to: None,
             idle_spins: 0,
-            udp_hot: false,
-            udp_countdown: 1,
+            udp_look: udp_look::UdpLook::new(),
             cold_countdown: COLD_EVERY,
-            udp_woke: true,
             in_send: false,
             send_timeout: cfg.send_timeout,
             node,

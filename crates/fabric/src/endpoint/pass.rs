@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Deadline, Endpoint, UDP_LOOK_EVERY};
+use super::{Deadline, Endpoint};
 use crate::error::{Error, Result};
 use crate::rx::{Body, Ready, Step};
 use crate::transport::offer::PLACE_MIN;
@@ -91,7 +91,7 @@ impl Endpoint {
     /// sleep's `poll` (a socket an earlier read emptied, the UDP socket
     /// while datagrams are not in use) is looked for now.
     pub(super) fn look_again(&mut self) {
-        self.udp_woke = true;
+        self.udp_look.stirred();
         self.look_at_conns();
     }
 
@@ -267,38 +267,21 @@ impl Endpoint {
                 Step::Idle | Step::Lost | Step::Message { .. } => {}
             }
         }
-        // The datagram socket costs a system call per look: while polling,
-        // look every pass only once datagrams are in use, else once every
-        // so many passes, busy or idle (a message arriving during that
-        // system call waits for it; a steady stream on other connections
-        // does not keep a datagram waiting: the look comes before the
-        // connections, since a pass that delivers from one ends there).
-        // While waiting, look when the sleep saw the socket stir or when
-        // asked without a sleep, datagrams in use or not (a look that finds
-        // nothing is a system call the sleep's `poll` makes anyway), and
-        // once every so many passes (a busy reader does not sleep).
-        self.udp_countdown = self.udp_countdown.saturating_sub(1);
-        let look = self.udp_countdown == 0
-            || match self.core.completion {
-                Completion::Poll => self.udp_hot,
-                Completion::Wait => self.udp_woke,
-            };
-        if self.udp_countdown == 0 {
-            self.udp_countdown = UDP_LOOK_EVERY;
-        }
-        if look {
-            self.udp_woke = false;
-        }
+        // The datagram socket costs a system call per look: `udp_look`
+        // says when (a steady stream on other connections does not keep a
+        // datagram waiting: the look comes before the connections, since
+        // a pass that delivers from one ends there). While waiting, a look
+        // that finds nothing is a system call the sleep's `poll` makes
+        // anyway.
+        let look = self.udp.is_some() && self.udp_look.due(self.core.completion, Instant::now);
         if let Some(udp) = self.udp.as_mut().filter(|_| look) {
-            match udp.progress(&mut self.core, &self.inbox, user.as_deref_mut())? {
-                Step::Delivered => {
-                    self.udp_hot = true;
-                    return Ok((self.core.got.take(), true));
-                }
-                Step::Moved => {
-                    self.udp_hot = true;
-                    moved = true;
-                }
+            let step = udp.progress(&mut self.core, &self.inbox, user.as_deref_mut())?;
+            if matches!(step, Step::Delivered | Step::Moved) && udp.heard_member() {
+                self.udp_look.heat();
+            }
+            match step {
+                Step::Delivered => return Ok((self.core.got.take(), true)),
+                Step::Moved => moved = true,
                 _ => {}
             }
         }

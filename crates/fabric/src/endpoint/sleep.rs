@@ -158,7 +158,7 @@ impl Endpoint {
             self.inbox.wake.drain();
         }
         if self.udp.is_some() && self.waits.other_stirred(UDP) {
-            self.udp_woke = true;
+            self.udp_look.stirred();
         }
     }
 
@@ -197,7 +197,7 @@ impl Endpoint {
             self.inbox.wake.drain();
         }
         if self.udp.is_some() && self.pollfds[1].revents != 0 {
-            self.udp_woke = true;
+            self.udp_look.stirred();
         }
         // Connections whose socket had nothing are not read on the next
         // pass (a system call each, over tcp); those that stirred are.
@@ -237,7 +237,7 @@ impl Endpoint {
     /// connections stay out of the set, where every packet would cost the
     /// set's callback.
     fn sleeps_in_set(&self) -> bool {
-        self.core.completion == Completion::Wait && !self.udp_hot
+        self.core.completion == Completion::Wait && !self.udp_look.hot()
     }
 
     /// Puts the endpoint's sleep where [`Endpoint::sleeps_in_set`] says.

@@ -54,7 +54,7 @@ impl Endpoint {
                         Route::Udp(sa)
                     }
                 };
-                self.udp_hot = true;
+                self.udp_look.heat();
                 route
             }
             Transport::Shm | Transport::Tcp | Transport::Ucx => {

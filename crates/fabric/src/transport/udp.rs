@@ -48,6 +48,12 @@ impl Udp {
         self.sock.as_raw_fd()
     }
 
+    /// Whether a member's datagram has come: junk, datagrams without the
+    /// fabric's token and those of peers not admitted do not count.
+    pub(crate) fn heard_member(&self) -> bool {
+        self.last_from.is_some()
+    }
+
     pub(crate) fn learned(&self, a: Addr) -> Option<SocketAddr> {
         self.learned.get(&a).copied()
     }
