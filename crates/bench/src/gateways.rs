@@ -43,6 +43,30 @@ pub struct Options {
     pub dir: Option<PathBuf>,
 }
 
+/// What held a striped run back: chunks sent again (their path lost or
+/// their timeout passed), gateways taken out of use, and the longest time
+/// without a new chunk acknowledged (of eight transfers, the longest of
+/// any).
+#[derive(Debug, Default, Serialize)]
+pub struct Held {
+    /// Chunks sent again.
+    pub resent: u64,
+    /// Gateways taken out of use.
+    pub failovers: u64,
+    /// The longest stall, ms.
+    pub longest_stall_ms: f64,
+}
+
+impl Held {
+    fn of(r: &SendReport) -> Held {
+        Held {
+            resent: r.resent,
+            failovers: r.failovers,
+            longest_stall_ms: r.longest_stall * 1e3,
+        }
+    }
+}
+
 /// One row: N gateways.
 #[derive(Debug, Serialize)]
 pub struct Row {
@@ -56,6 +80,8 @@ pub struct Row {
     pub macrolink_8_flows: f64,
     /// Eight flows / (N x the one-gateway figure).
     pub ratio_8_flows: f64,
+    /// What held the striped transfers back: one transfer, then eight.
+    pub held: [Held; 2],
     /// Kernel ECMP, iperf3 one flow, MB/s.
     pub kernel_1_flow: Option<f64>,
     /// Kernel ECMP, iperf3 eight flows, MB/s.
@@ -622,8 +648,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
         let r = striped(&exe, &tb, n, &payload, &cfg, None, 1)?.report;
-        let many = striped(&exe, &tb, n, &payload, &cfg, None, 8)?.report;
-        let many = many.bytes as f64 / many.secs / 1e6;
+        let many_report = striped(&exe, &tb, n, &payload, &cfg, None, 8)?.report;
+        let many = many_report.bytes as f64 / many_report.secs / 1e6;
+        let held = [Held::of(&r), Held::of(&many_report)];
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
             one = mbs;
@@ -644,6 +671,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             ratio_to_n_links: mbs / (n as f64 * one),
             macrolink_8_flows: many,
             ratio_8_flows: many / (n as f64 * one),
+            held,
             kernel_1_flow: k1,
             kernel_8_flows: k8,
             cp_up: cp.up,
@@ -687,6 +715,27 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.ratio_8_flows,
             f(r.kernel_1_flow),
             f(r.kernel_8_flows),
+        );
+    }
+    println!(
+        "what held the striped transfers back: chunks sent again / gateways taken out of use / longest stall:"
+    );
+    println!(
+        "{:>8} {:>24} {:>24}",
+        "gateways", "one transfer", "8 transfers"
+    );
+    for r in &rows {
+        let h = |h: &Held| {
+            format!(
+                "{} / {} / {:.1} ms",
+                h.resent, h.failovers, h.longest_stall_ms
+            )
+        };
+        println!(
+            "{:>8} {:>24} {:>24}",
+            r.gateways,
+            h(&r.held[0]),
+            h(&r.held[1])
         );
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
