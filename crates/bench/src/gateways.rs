@@ -45,8 +45,9 @@ pub struct Options {
 
 /// What held a striped run back: chunks sent again (their path lost or
 /// their timeout passed), gateways taken out of use, and the longest time
-/// without a new chunk acknowledged (of eight transfers, the longest of
-/// any).
+/// without a new chunk acknowledged. Of eight transfers, the first two
+/// are summed over the transfers (one gateway lost counts once for each
+/// transfer that took it out of use), the stall is the longest of any.
 #[derive(Debug, Default, Serialize)]
 pub struct Held {
     /// Chunks sent again.
@@ -718,7 +719,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         );
     }
     println!(
-        "what held the striped transfers back: chunks sent again / gateways taken out of use / longest stall:"
+        "what held the striped transfers back: chunks sent again / gateways taken out of use (each summed over the transfers) / longest stall:"
     );
     println!(
         "{:>8} {:>24} {:>24}",

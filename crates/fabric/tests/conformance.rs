@@ -826,7 +826,9 @@ fn look(kind: Kind) {
                 assert_eq!(written.recv_timeout(Duration::from_secs(10)), Ok(n));
                 thread::sleep(Duration::from_millis(10));
                 // A polling endpoint looks at a UDP socket it does not use
-                // once in 1,024 passes only (a system call each).
+                // only at a read of the clock, every 1,024 passes, once 250
+                // us have gone since its last such look (a system call
+                // each): after the sleep above, the first read of the clock.
                 let looks = if kind.caps().connected || c == Completion::Wait {
                     1
                 } else {

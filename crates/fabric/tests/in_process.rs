@@ -140,11 +140,13 @@ fn a_dialled_connection_is_the_endpoints_before_the_dialler_hears_so() {
 /// the UDP socket must be looked for all the same.
 #[test]
 fn a_busy_reader_still_hears_a_datagram() {
-    // A UDP socket not in use is looked at on one pass in 1,024; one in
-    // use, on every pass (polling) or when a sleep saw it stir and on one
-    // pass in 1,024 (waiting). A reader that never looked heard it after
-    // the whole flood. Two looks' worth: on a loaded host the datagram may
-    // reach its socket just after the first look that follows its send.
+    // A UDP socket is looked at on every pass by a polling endpoint that
+    // uses datagrams; else when a sleep saw it stir, and when the clock,
+    // read every 1,024 passes, says 250 us have gone since the last look
+    // made so. The passes here take some 50 us each, so that is every
+    // 1,024 passes. A reader that never looked heard it after the whole
+    // flood. Two looks' worth: on a loaded host the datagram may reach its
+    // socket just after the first look that follows its send.
     const HEARD_WITHIN: u64 = 2 * 1_024 + 100;
     let (a, b, _d) = nodes();
     for (round, (c, warm)) in [

@@ -86,10 +86,12 @@ impl Endpoint {
         }
     }
 
-    /// The next pass looks at every connection and the UDP socket, for a
-    /// caller that will not sleep: what a waiting read leaves to its
-    /// sleep's `poll` (a socket an earlier read emptied, the UDP socket
-    /// while datagrams are not in use) is looked for now.
+    /// The next pass looks at every connection, and a waiting endpoint's
+    /// at the UDP socket, for a caller that will not sleep: what a waiting
+    /// read leaves to its sleep's `poll` (a socket an earlier read
+    /// emptied, the UDP socket) is looked for now. A polling endpoint
+    /// looks at a UDP socket it does not use as `udp_look` says, not on
+    /// each such call (a system call each).
     pub(super) fn look_again(&mut self) {
         self.udp_look.stirred();
         self.look_at_conns();

@@ -1,11 +1,13 @@
 //! When a pass looks at the endpoint's datagram socket. A look is a system
 //! call, some tenths of a microsecond, and a polling endpoint passes every
 //! few tens of nanoseconds, so the socket is looked at on every pass only
-//! while datagrams are in use: this endpoint sends them, or a member's
-//! came. Else a polling endpoint looks when [`COLD_GAP`] has gone since
-//! its last look, asking the clock every [`CLOCK_EVERY`] passes, busy or
-//! idle; a waiting one looks when its sleep saw the socket stir, and as
-//! seldom otherwise (a busy reader does not sleep).
+//! by a polling endpoint while datagrams are in use: this endpoint sends
+//! them, or a member's came. Else it looks when the clock, asked every
+//! [`CLOCK_EVERY`] passes, busy or idle, says [`COLD_GAP`] has gone since
+//! the last look made on the clock's word. A waiting endpoint looks when
+//! its sleep saw the socket stir or a caller that will not sleep asked,
+//! and otherwise on the clock's word as well (a busy reader does not
+//! sleep).
 //!
 //! What came from a stranger (junk, datagrams without the fabric's token
 //! or for another endpoint) does not put datagrams in use: a sender of
@@ -17,11 +19,15 @@ use std::time::{Duration, Instant};
 
 use crate::types::Completion;
 
-/// Passes between reads of the clock while datagrams are not in use.
+/// Passes between reads of the clock, while polling with datagrams not
+/// in use or waiting.
 pub(super) const CLOCK_EVERY: u32 = 1024;
 
-/// Time between looks while datagrams are not in use: the longest the
-/// first datagram a polling endpoint gets waits for it. A look a
+/// Time between looks made on the clock's word. The first datagram to a
+/// polling endpoint that does not use them waits for the next such look:
+/// up to this gap and [`CLOCK_EVERY`] passes more, or [`CLOCK_EVERY`]
+/// passes where these take longer (a pass that moves large messages may
+/// take tens of microseconds). A look a
 /// ping-pong of shared-memory messages meets (some 0.2 us a round trip)
 /// adds a look's time to that round trip: one look every 1,024 passes
 /// met about one in a hundred and doubled the 99th percentile of their
@@ -39,7 +45,7 @@ pub(super) struct UdpLook {
     woke: bool,
     /// Passes until the clock is asked whether [`COLD_GAP`] has gone.
     countdown: u32,
-    /// The last look made because that gap had gone.
+    /// The last look made on the clock's word.
     last: Option<Instant>,
 }
 
@@ -92,20 +98,23 @@ impl UdpLook {
         self.hot
     }
 
-    /// The socket may hold something: the next pass looks.
+    /// The socket may hold something: the next pass of a waiting
+    /// endpoint looks (a polling one looks as [`UdpLook::due`] says).
     pub(super) fn stirred(&mut self) {
         self.woke = true;
     }
 }
 
 impl super::Endpoint {
-    /// Whether datagrams are in use, and the port of the endpoint's UDP
-    /// socket.
+    /// Whether datagrams are in use, the port of the endpoint's UDP
+    /// socket and the token its datagrams carry.
     #[cfg(test)]
-    pub(crate) fn udp_look(&self) -> (bool, u16) {
+    pub(crate) fn udp_look(&self) -> (bool, u16, u64) {
+        let udp = self.udp.as_ref();
         (
             self.udp_look.hot(),
-            self.udp.as_ref().map_or(0, |u| u.port()),
+            udp.map_or(0, |u| u.port()),
+            udp.map_or(0, |u| u.token()),
         )
     }
 }
@@ -190,18 +199,31 @@ mod tests {
         l.stirred();
         assert!(l.due(Completion::Wait, || t));
         assert!(!l.due(Completion::Wait, || t));
-        // And otherwise at a read of the clock once a gap has gone since
-        // the last look it made, hot or not.
-        let n = passes_to_look(&mut l, Completion::Wait, &mut t, ns(25), 1 << 20).unwrap();
-        assert!(n <= CLOCK_EVERY, "{n}");
-        let n = passes_to_look(&mut l, Completion::Wait, &mut t, ns(25), 1 << 20).unwrap();
-        assert!(n >= (COLD_GAP.as_nanos() / 25) as u32, "{n}");
+        // And otherwise on the clock's word, hot or not: the first read of
+        // the clock looks (no look was made on its word yet), the next
+        // once a gap has gone since.
+        let gap_passes = (COLD_GAP.as_nanos() / 25) as u32;
+        for hot in [true, false] {
+            let mut l = UdpLook::new();
+            if hot {
+                l.heat();
+            }
+            assert!(l.due(Completion::Wait, || t), "stirred at the start");
+            let n = passes_to_look(&mut l, Completion::Wait, &mut t, ns(25), 1 << 20).unwrap();
+            assert_eq!(n, CLOCK_EVERY, "hot: {hot}");
+            for _ in 0..2 {
+                let n = passes_to_look(&mut l, Completion::Wait, &mut t, ns(25), 1 << 20).unwrap();
+                assert!(n >= gap_passes, "hot: {hot}: {n} < {gap_passes}");
+                assert!(n < gap_passes + CLOCK_EVERY + 1, "hot: {hot}: {n}");
+                assert_eq!(n % CLOCK_EVERY, 0, "hot: {hot}: {n}");
+            }
+        }
     }
 
-    /// Junk and datagrams without the fabric's token, sent to a polling
-    /// endpoint, are dropped without putting datagrams in use (every pass
-    /// would then make a system call); a member's datagram puts them in
-    /// use.
+    /// Junk, datagrams without the fabric's token and those of a node the
+    /// endpoint's session does not admit, sent to a polling endpoint, are
+    /// dropped without putting datagrams in use (every pass would then
+    /// make a system call); a member's datagram puts them in use.
     #[test]
     fn only_a_members_datagram_puts_datagrams_in_use() {
         use crate::{EndpointConfig, Mode, Node, NodeConfig, Transport};
@@ -216,16 +238,21 @@ mod tests {
         };
         let mut rx = a.open(5, poll).unwrap();
         let mut tx = b.open(9, poll).unwrap();
-        let (hot, port) = rx.udp_look();
+        let (hot, port, token) = rx.udp_look();
         assert!(!hot && port != 0);
+        rx.bind_session(2, 0x5e55);
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut d = Header::new(FrameKind::Datagram);
         (d.src_node, d.src_ep, d.dst_ep, d.len, d.total, d.key) = (7, 7, 5, 4, 4, 99);
         let mut stranger = d.encode().to_vec();
         stranger.extend_from_slice(b"ping");
+        // The fabric's token, from a node the session does not admit.
+        d.key = token;
+        let mut outsider = d.encode().to_vec();
+        outsider.extend_from_slice(b"ping");
         let mut buf = [0u8; 64];
         let until = Instant::now() + Duration::from_secs(10);
-        for junk in [&b"junk"[..], &stranger] {
+        for junk in [&b"junk"[..], &stranger, &outsider] {
             let bad = rx.stats().bad_frames + rx.stats().strangers;
             u.send_to(junk, ("127.0.0.1", port)).unwrap();
             while rx.stats().bad_frames + rx.stats().strangers == bad {

@@ -54,6 +54,12 @@ impl Udp {
         self.last_from.is_some()
     }
 
+    /// What this fabric's datagrams carry.
+    #[cfg(test)]
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
     pub(crate) fn learned(&self, a: Addr) -> Option<SocketAddr> {
         self.learned.get(&a).copied()
     }
