@@ -166,6 +166,12 @@ impl Striper {
         self.paths.set_alive(gw, true);
     }
 
+    /// The gateway chunk `seq` was last sent through, while it waits for
+    /// its acknowledgement.
+    pub fn path_of(&self, seq: u64) -> Option<Gw> {
+        self.inflight.get(&seq).map(|&(gw, _)| gw)
+    }
+
     /// The receiver has chunk `seq` (repeats are harmless); `now` times
     /// the round trip of a chunk sent once.
     pub fn on_ack(&mut self, seq: u64, now: Nanos) {

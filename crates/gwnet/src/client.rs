@@ -396,6 +396,11 @@ pub fn stripe(
                     transfer: t, seq, ..
                 }) if t == transfer => {
                     let now = clock_ns();
+                    // The gateway it went through forwards: as good as an
+                    // answered heartbeat (which may wait behind chunks).
+                    if let Some(gw) = striper.path_of(seq) {
+                        health.heard(gw);
+                    }
                     striper.on_ack(seq, now);
                     acked += 1;
                     longest = longest.max(now - last_ack);
