@@ -118,6 +118,9 @@ pub struct Row {
     /// The same, written as cp writes by default (uncached past the
     /// file's head), MB/s.
     pub fs_write_uncached: f64,
+    /// What held each cp column back, as cp printed it (up, up --direct,
+    /// down, down --cache, down --direct, down to /dev/null).
+    pub cp_held: [String; 6],
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -337,6 +340,10 @@ pub struct LaneCopy {
     /// down, down keeping every page cached, down with direct I/O, down to
     /// `/dev/null`.
     pub carried: [Vec<(u32, u64)>; 6],
+    /// What held each copy back, as cp saw it (its `held back by:` line:
+    /// the sender's chunks sent again and gateways taken out of use up,
+    /// the receiver's chunks that came twice down, and the longest stall).
+    pub held: [String; 6],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -394,7 +401,17 @@ fn fs_type(dir: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
+/// What cp's summary says of a copy through a lane.
+struct Copied {
+    /// MB/s.
+    rate: f64,
+    /// Chunks each gateway carried, by node.
+    per: Vec<(u32, u64)>,
+    /// Its `held back by:` words (`n.a.` when it printed none).
+    held: String,
+}
+
+fn copied(stderr: &str) -> anyhow::Result<Copied> {
     let rate = stderr
         .lines()
         .find_map(|l| l.split_once(" MB/s)").map(|(a, _)| a))
@@ -413,7 +430,12 @@ fn copied(stderr: &str) -> anyhow::Result<(f64, Vec<(u32, u64)>)> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok((rate, per))
+    let held = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("held back by: "))
+        .unwrap_or("n.a.")
+        .to_string();
+    Ok(Copied { rate, per, held })
 }
 
 /// The file service of the storage host (its node 10, which also takes
@@ -538,12 +560,13 @@ pub fn files_through(
         if !o.status.success() {
             bail!("cp {from} {to}: {err}");
         }
-        let (rate, per) = copied(&err)?;
+        let Copied { rate, per, held } = copied(&err)?;
         if k == 0 {
             out.link_bytes = links()?.iter().zip(&before).map(|(a, b)| a - b).collect();
         }
         rates[k] = rate;
         out.carried[k] = per;
+        out.held[k] = held;
     }
     [
         out.up,
@@ -566,6 +589,19 @@ pub fn files_through(
         bail!("a copy through the lane differs from its source");
     }
     Ok(out)
+}
+
+/// cp's `held back by:` words in the held table's shorthand: the figures
+/// with slashes between, the stall in ms.
+fn terse(held: &str) -> String {
+    let figures: Vec<&str> = held
+        .split(", ")
+        .filter_map(|part| part.split_whitespace().find(|w| w.parse::<f64>().is_ok()))
+        .collect();
+    if figures.is_empty() {
+        return held.to_string();
+    }
+    format!("{} ms", figures.join(" / "))
 }
 
 /// Bandwidth against gateways: each way of moving data beside N x the
@@ -689,6 +725,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             ratio_cp_down_null: cp.down_null / (n as f64 * one),
             fs_write: cp.fs_write,
             fs_write_uncached: cp.fs_write_uncached,
+            cp_held: cp.held.clone(),
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -765,6 +802,22 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             c(r.cp_down_null, r.ratio_cp_down_null),
             r.fs_write,
             r.fs_write_uncached,
+        );
+    }
+    println!(
+        "what held each copy back, as cp saw it (up: its chunks sent again / gateways taken out of \
+         use / longest time without an acknowledgement; down: chunks that came twice / longest \
+         time between two chunks placed):"
+    );
+    println!(
+        "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+        "gateways", "up", "up --direct", "down", "down --cache", "down --direct", "down /dev/null"
+    );
+    for r in &rows {
+        let h: Vec<String> = r.cp_held.iter().map(|h| terse(h)).collect();
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            r.gateways, h[0], h[1], h[2], h[3], h[4], h[5]
         );
     }
     println!(
@@ -847,4 +900,44 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         plot(p, &rows, one, &a.rate)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use macrolink_files::copy::CopyReport;
+    use macrolink_files::lane::Carried;
+    use std::time::Duration;
+
+    #[test]
+    fn the_tables_read_what_cp_prints() {
+        for sender in [true, false] {
+            let report = CopyReport {
+                files: 1,
+                bytes: 4 << 20,
+                secs: 0.5,
+                through: vec![(21, 3), (22, 2)],
+                held: Some(Carried {
+                    sender,
+                    resent: 3,
+                    duplicates: 2,
+                    failovers: 1,
+                    longest_stall: Duration::from_micros(1_035_000),
+                    ..Carried::default()
+                }),
+                ..CopyReport::default()
+            };
+            let Copied { rate, per, held } = copied(&format!("copying ...\n{report}\n")).unwrap();
+            assert!((rate - 8.4).abs() < 1e-9, "{rate}");
+            assert_eq!(per, [(21, 3), (22, 2)]);
+            let want = if sender {
+                "3 / 1 / 1035.0 ms"
+            } else {
+                "2 / 1035.0 ms"
+            };
+            assert_eq!(terse(&held), want, "{held}");
+        }
+        let none = copied("1 file, 5 bytes in 1.00 s (0.0 MB/s)").unwrap();
+        assert_eq!(terse(&none.held), "n.a.");
+    }
 }

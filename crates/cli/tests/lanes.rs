@@ -265,6 +265,23 @@ fn carried(o: &Output) -> Vec<(u32, u64)> {
         .collect()
 }
 
+/// The figures of `cp`'s `held back by:` line, in order (counts, then the
+/// longest stall in ms).
+fn held(o: &Output) -> Vec<f64> {
+    let text = stderr(o);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("held back by: "))
+        .unwrap_or_else(|| panic!("no held line: {text}"));
+    line.split(", ")
+        .map(|part| {
+            part.split_whitespace()
+                .find_map(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("no figure in {part:?}"))
+        })
+        .collect()
+}
+
 fn wait_for_bytes(path: &Path, min: u64) {
     let until = Instant::now() + Duration::from_secs(30);
     while std::fs::metadata(path).map_or(0, |m| m.len()) < min {
@@ -357,6 +374,14 @@ fn a_gateway_killed_mid_copy_loses_nothing_either_way() {
     let down = finish(child);
     assert!(down.status.success(), "{}", stderr(&down));
     assert!(std::fs::read(&back).unwrap() == data);
+    // cp, the receiver, says what it saw: chunks that came twice and the
+    // longest time between two placed.
+    assert!(
+        stderr(&down).contains(" chunks came twice, "),
+        "{}",
+        stderr(&down)
+    );
+    assert_eq!(held(&down).len(), 2, "{}", stderr(&down));
     // Up through the one left, while the first is still dead.
     let up = site.run(&[back.to_str().unwrap(), "ml://store0/big.up"]);
     assert!(up.status.success(), "{}", stderr(&up));
@@ -389,6 +414,17 @@ fn a_gateway_killed_mid_upload_loses_nothing() {
     let up = finish(child);
     assert!(up.status.success(), "{}", stderr(&up));
     assert!(std::fs::read(site.export("up")).unwrap() == data);
+    // cp, the sender, says what the loss cost: the gateway taken out of
+    // use, and a stall.
+    let text = stderr(&up);
+    assert!(
+        text.contains(" chunks sent again, ") && text.contains(" gateways taken out of use, "),
+        "{text}"
+    );
+    let [_, failovers, stall] = held(&up)[..] else {
+        panic!("{text}")
+    };
+    assert!(failovers >= 1.0 && stall > 0.0, "{text}");
 }
 
 #[test]

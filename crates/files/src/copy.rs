@@ -162,6 +162,9 @@ pub struct CopyReport {
     /// Chunks carried by each I/O gateway (by node), when data went
     /// through gateways.
     pub through: Vec<(u32, u64)>,
+    /// What held the transfers through gateways back, as this side saw
+    /// it: counts summed over them, the longest stall of any.
+    pub held: Option<crate::lane::Carried>,
 }
 
 impl std::fmt::Display for CopyReport {
@@ -187,6 +190,9 @@ impl std::fmt::Display for CopyReport {
                 .map(|(gw, n)| format!("node {gw}: {n}"))
                 .collect();
             write!(f, "\nchunks through gateways: {}", per.join(", "))?;
+        }
+        if let Some(h) = &self.held {
+            write!(f, "\nheld back by: {h}")?;
         }
         Ok(())
     }
@@ -403,6 +409,19 @@ impl Copier {
             }
         }
         self.report.through.sort_unstable();
+        if let Some(c) = &moved.carried {
+            let h = self
+                .report
+                .held
+                .get_or_insert_with(|| crate::lane::Carried {
+                    sender: c.sender,
+                    ..Default::default()
+                });
+            h.resent += c.resent;
+            h.duplicates += c.duplicates;
+            h.failovers += c.failovers;
+            h.longest_stall = h.longest_stall.max(c.longest_stall);
+        }
     }
 
     fn upload(&mut self, from: &Path, server: &str, path: &str) -> Result<()> {

@@ -126,13 +126,46 @@ pub fn endpoint_config() -> EndpointConfig {
     macrolink_gwnet::endpoint_config()
 }
 
-/// What a lane transfer did, for the record.
+/// What a lane transfer did, for the record: what went through each
+/// gateway, and what held the transfer back as the side that reports it
+/// saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Carried {
     /// Chunks that went through each gateway, by its node.
     pub per_gateway: Vec<(u32, u64)>,
-    /// Chunks sent again (a gateway died or a chunk timed out).
+    /// The side that reports: the sender, or the receiver.
+    pub sender: bool,
+    /// The sender's chunks sent again (a gateway died or a chunk timed
+    /// out).
     pub resent: u64,
+    /// The receiver's chunks that came again (sent again while the first
+    /// copy was on its way) and were dropped.
+    pub duplicates: u64,
+    /// Gateways the sender took out of use.
+    pub failovers: u64,
+    /// The longest time without progress: the sender's without a new
+    /// chunk acknowledged, the receiver's between two chunks placed.
+    pub longest_stall: Duration,
+}
+
+impl std::fmt::Display for Carried {
+    /// What held the transfer back, in the words of the side that saw it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.sender {
+            write!(
+                f,
+                "{} chunks sent again, {} gateways taken out of use",
+                self.resent, self.failovers
+            )?;
+        } else {
+            write!(f, "{} chunks came twice", self.duplicates)?;
+        }
+        write!(
+            f,
+            ", longest stall {:.1} ms",
+            self.longest_stall.as_secs_f64() * 1e3
+        )
+    }
 }
 
 fn data_error(e: FabricError, shared: &Shared) -> DataError {
@@ -204,7 +237,11 @@ pub fn send(
             .zip(&report.per_gateway)
             .map(|(g, n)| (g.node, *n))
             .collect(),
+        sender: true,
         resent: report.resent,
+        duplicates: 0,
+        failovers: report.failovers,
+        longest_stall: Duration::from_secs_f64(report.longest_stall),
     };
     Ok((list, carried))
 }
@@ -245,7 +282,11 @@ pub fn receive(
         list,
         Carried {
             per_gateway: report.per_gateway,
+            sender: false,
             resent: 0,
+            duplicates: report.duplicates,
+            failovers: 0,
+            longest_stall: Duration::from_nanos(report.longest_gap),
         },
     ))
 }

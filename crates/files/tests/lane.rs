@@ -4,7 +4,7 @@
 
 use macrolink_fabric::{Addr, Node, NodeConfig};
 use macrolink_files::data::{DataError, Shared, Sink};
-use macrolink_files::lane::{self, Far};
+use macrolink_files::lane::{self, Carried, Far};
 use macrolink_files::proto::Shape;
 use macrolink_gwnet::client::SendConfig;
 use macrolink_gwnet::relay;
@@ -47,13 +47,30 @@ impl Sink for Small {
     }
 }
 
-/// What the receiver returned: each chunk's digest by index.
-type Received = Result<Vec<(u64, [u8; 16])>, DataError>;
+/// A file that takes a while over the write at `slow`.
+struct Stalling {
+    file: File,
+    slow: u64,
+    pause: Duration,
+}
+
+impl Sink for Stalling {
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        if offset == self.slow {
+            std::thread::sleep(self.pause);
+        }
+        self.file.write_all_at(data, offset)
+    }
+}
+
+/// What the receiver returned: each chunk's digest by index, and what it
+/// says held it back.
+type Received = Result<(Vec<(u64, [u8; 16])>, Carried), DataError>;
 
 /// Sends `data` from a compute node through one relay to a storage
-/// node that receives it into `sink`; the receiver's result, and whether
-/// the sender saw every chunk acknowledged.
-fn through_a_gateway(data: &[u8], sink: &dyn Sink) -> (Received, bool) {
+/// node that receives it into `sink`; the receiver's result, and what the
+/// sender says held it back once it saw every chunk acknowledged.
+fn through_a_gateway(data: &[u8], sink: &dyn Sink) -> (Received, Option<Carried>) {
     let storage = node(STORAGE, &[]);
     let rail = (STORAGE, storage.tcp_addr().unwrap());
     let gw = node(GATEWAY, &[rail]);
@@ -96,15 +113,14 @@ fn through_a_gateway(data: &[u8], sink: &dyn Sink) -> (Received, bool) {
                 SendConfig::default(),
             );
             done.store(true, Ordering::Relaxed);
-            r.is_ok()
+            r.ok().map(|(_, carried)| carried)
         });
         let far = Far {
             gateways: &gateways,
             peer: tx_addr,
             key: KEY,
         };
-        let got = lane::receive(&mut rx, far, &shape, sink, &shared_rx, &done, false)
-            .map(|(list, _)| list);
+        let got = lane::receive(&mut rx, far, &shape, sink, &shared_rx, &done, false);
         // A receiver that failed stops the sender, as the session does.
         shared_tx.abort.store(true, Ordering::Relaxed);
         (got, sender.join().unwrap())
@@ -117,8 +133,8 @@ fn a_file_through_a_gateway_arrives_whole_with_each_chunks_digest() {
     let data = pattern((5 << 20) + 12345, 3);
     let file = File::create(dir.path().join("f")).unwrap();
     let (got, acked) = through_a_gateway(&data, &file);
-    let mut list = got.unwrap();
-    assert!(acked, "the sender saw every chunk acknowledged");
+    let (mut list, _) = got.unwrap();
+    assert!(acked.is_some(), "the sender saw every chunk acknowledged");
     drop(file);
     assert!(std::fs::read(dir.path().join("f")).unwrap() == data);
     // Every chunk's digest, once, each that of its bytes.
@@ -151,5 +167,44 @@ fn a_write_that_fails_fails_the_transfer_with_the_files_error() {
     assert!(
         start.elapsed() < Duration::from_secs(20),
         "the receiver stopped at the failure, not at the sender's patience"
+    );
+}
+
+#[test]
+fn both_sides_say_what_held_a_transfer_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(4 << 20, 5);
+    let pause = Duration::from_millis(300);
+    let sink = Stalling {
+        file: File::create(dir.path().join("f")).unwrap(),
+        slow: 2 << 20,
+        pause,
+    };
+    let (got, sent) = through_a_gateway(&data, &sink);
+    let (_, received) = got.unwrap();
+    let sent = sent.expect("the sender saw every chunk acknowledged");
+    assert!(std::fs::read(dir.path().join("f")).unwrap() == data);
+    // The write that paused held both ends: no chunk placed, none
+    // acknowledged, for at least as long.
+    assert!(!received.sender && sent.sender);
+    assert!(received.longest_stall >= pause, "{received:?}");
+    assert!(sent.longest_stall >= pause, "{sent:?}");
+    assert_eq!(received.per_gateway, [(GATEWAY, 16)]);
+    assert_eq!(sent.per_gateway, [(GATEWAY, 16 + sent.resent)]);
+    // Each in its own words.
+    let (r, s) = (received.to_string(), sent.to_string());
+    assert!(
+        r.starts_with(&format!(
+            "{} chunks came twice, longest stall ",
+            received.duplicates
+        )),
+        "{r}"
+    );
+    assert!(
+        s.starts_with(&format!(
+            "{} chunks sent again, {} gateways taken out of use, longest stall ",
+            sent.resent, sent.failovers
+        )),
+        "{s}"
     );
 }

@@ -159,6 +159,9 @@ pub struct ReceiveReport {
     pub per_gateway: Vec<(u32, u64)>,
     /// Chunks that came again and were dropped.
     pub duplicates: u64,
+    /// The longest time between two chunks placed, from the first, in
+    /// nanoseconds: what a stall of the path cost the receiver.
+    pub longest_gap: u64,
     /// Whether every chunk is in place.
     pub complete: bool,
 }
@@ -186,6 +189,7 @@ pub fn receive(
     let mut out = Vec::with_capacity(64);
     let me = to_pair(ep.addr());
     let mut next_hello = 0u64;
+    let mut last_placed = None;
     while !stop() {
         if let Some(gws) = hello {
             let now = clock_ns();
@@ -234,6 +238,11 @@ pub fn receive(
         match asm.accept(chunk, data.len()) {
             Ok(true) => {
                 place(chunk, data)?;
+                let now = clock_ns();
+                if let Some(last) = last_placed {
+                    report.longest_gap = report.longest_gap.max(now - last);
+                }
+                last_placed = Some(now);
                 match report
                     .per_gateway
                     .iter_mut()
