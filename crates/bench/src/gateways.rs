@@ -48,6 +48,8 @@ pub struct Options {
 /// without a new chunk acknowledged. Of eight transfers, the first two
 /// are summed over the transfers (one gateway lost counts once for each
 /// transfer that took it out of use), the stall is the longest of any.
+/// Beside them, the TCP segments the testbed's kernels sent again
+/// meanwhile: a stall with none is not the kernel's loss recovery.
 #[derive(Debug, Default, Serialize)]
 pub struct Held {
     /// Chunks sent again.
@@ -56,16 +58,27 @@ pub struct Held {
     pub failovers: u64,
     /// The longest stall, ms.
     pub longest_stall_ms: f64,
+    /// TCP segments the testbed's kernels sent again during the run.
+    pub tcp_resent: u64,
 }
 
 impl Held {
-    fn of(r: &SendReport) -> Held {
+    fn of(r: &SendReport, tcp_resent: u64) -> Held {
         Held {
             resent: r.resent,
             failovers: r.failovers,
             longest_stall_ms: r.longest_stall * 1e3,
+            tcp_resent,
         }
     }
+}
+
+/// Runs `f`; what it returned, and the TCP segments the testbed's kernels
+/// sent again meanwhile.
+fn resent_over<T>(tb: &Testbed, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, u64)> {
+    let before = tb.tcp_resent()?;
+    let t = f()?;
+    Ok((t, tb.tcp_resent()?.saturating_sub(before)))
 }
 
 /// One row: N gateways.
@@ -121,6 +134,9 @@ pub struct Row {
     /// What held each cp column back, as cp printed it (up, up --direct,
     /// down, down --cache, down --direct, down to /dev/null).
     pub cp_held: [String; 6],
+    /// TCP segments the testbed's kernels sent again during each cp
+    /// column's copy.
+    pub cp_tcp_resent: [u64; 6],
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -344,6 +360,8 @@ pub struct LaneCopy {
     /// the sender's chunks sent again and gateways taken out of use up,
     /// the receiver's chunks that came twice down, and the longest stall).
     pub held: [String; 6],
+    /// TCP segments the testbed's kernels sent again during each copy.
+    pub tcp_resent: [u64; 6],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -545,17 +563,20 @@ pub fn files_through(
             out.source_cached[k - 2] =
                 macrolink_testbed::pages::cached_bytes(&source).map_err(anyhow::Error::msg)?;
         }
-        let o = Command::new("ip")
-            .args(["netns", "exec", &tb.compute()])
-            .arg(exe)
-            .args(["cp", &from, &to])
-            .args(how)
-            .arg("--cluster")
-            .arg(&cluster)
-            .arg("--shm-dir")
-            .arg(dir.path().join("shm-compute"))
-            .env("MACROLINK_SECRET", secret)
-            .output()?;
+        let (o, tcp_resent) = resent_over(tb, || {
+            Ok(Command::new("ip")
+                .args(["netns", "exec", &tb.compute()])
+                .arg(exe)
+                .args(["cp", &from, &to])
+                .args(how)
+                .arg("--cluster")
+                .arg(&cluster)
+                .arg("--shm-dir")
+                .arg(dir.path().join("shm-compute"))
+                .env("MACROLINK_SECRET", secret)
+                .output()?)
+        })?;
+        out.tcp_resent[k] = tcp_resent;
         let err = String::from_utf8_lossy(&o.stderr);
         if !o.status.success() {
             bail!("cp {from} {to}: {err}");
@@ -684,10 +705,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let r = striped(&exe, &tb, n, &payload, &cfg, None, 1)?.report;
-        let many_report = striped(&exe, &tb, n, &payload, &cfg, None, 8)?.report;
+        let (r, k1) = resent_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
+        let (many_report, k8) =
+            resent_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
+        let (r, many_report) = (r.report, many_report.report);
         let many = many_report.bytes as f64 / many_report.secs / 1e6;
-        let held = [Held::of(&r), Held::of(&many_report)];
+        let held = [Held::of(&r, k1), Held::of(&many_report, k8)];
         let mbs = r.bytes as f64 / r.secs / 1e6;
         if n == 1 {
             one = mbs;
@@ -726,6 +749,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             fs_write: cp.fs_write,
             fs_write_uncached: cp.fs_write_uncached,
             cp_held: cp.held.clone(),
+            cp_tcp_resent: cp.tcp_resent,
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -756,11 +780,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         );
     }
     println!(
-        "what held the striped transfers back: chunks sent again / gateways taken out of use (each summed over the transfers) / longest stall:"
+        "what held the striped transfers back: chunks sent again / gateways taken out of use \
+         (each summed over the transfers) / longest stall; tcp: the TCP segments the testbed's \
+         kernels sent again meanwhile:"
     );
     println!(
-        "{:>8} {:>24} {:>24}",
-        "gateways", "one transfer", "8 transfers"
+        "{:>8} {:>24} {:>6} {:>24} {:>6}",
+        "gateways", "one transfer", "tcp", "8 transfers", "tcp"
     );
     for r in &rows {
         let h = |h: &Held| {
@@ -770,10 +796,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             )
         };
         println!(
-            "{:>8} {:>24} {:>24}",
+            "{:>8} {:>24} {:>6} {:>24} {:>6}",
             r.gateways,
             h(&r.held[0]),
-            h(&r.held[1])
+            r.held[0].tcp_resent,
+            h(&r.held[1]),
+            r.held[1].tcp_resent
         );
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
@@ -818,6 +846,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         println!(
             "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
             r.gateways, h[0], h[1], h[2], h[3], h[4], h[5]
+        );
+    }
+    println!("the TCP segments the testbed's kernels sent again meanwhile:");
+    for r in &rows {
+        let t = &r.cp_tcp_resent;
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            r.gateways, t[0], t[1], t[2], t[3], t[4], t[5]
         );
     }
     println!(

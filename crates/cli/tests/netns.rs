@@ -10,7 +10,7 @@
 use macrolink_bench::gateways::{files_through, send_config, striped, Fault};
 use macrolink_fabric::{Addr, Node, NodeConfig};
 use macrolink_testbed::data::pattern;
-use macrolink_testbed::netns::{enter, qdisc_sent, Shape, Testbed, ECMP_ADDR};
+use macrolink_testbed::netns::{enter, in_ns, qdisc_sent, Shape, Testbed, ECMP_ADDR};
 use macrolink_testbed::{require, Peer};
 use std::path::Path;
 
@@ -106,6 +106,30 @@ fn a_gateway_with_two_storage_links_uses_both() {
             24 << 20
         );
     }
+}
+
+#[test]
+fn the_testbed_counts_the_tcp_segments_its_kernels_send_again() {
+    let Some(tb) = testbed(1, 1) else {
+        return;
+    };
+    let before = tb.tcp_resent().unwrap();
+    // The gateway's storage-side link taken down: a connection's first
+    // segment goes nowhere and is sent again after a second.
+    let (g, dev) = (tb.gateway(0), tb.storage_link(0, 0));
+    in_ns(&g, &["ip", "link", "set", "dev", &dev, "down"]).unwrap();
+    let to: std::net::SocketAddr = tb.storage_addr(0).parse().unwrap();
+    let tried = std::thread::scope(|s| {
+        s.spawn(|| {
+            enter(&g).unwrap();
+            std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_millis(1500))
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(tried.is_err(), "a connection over a link that is down");
+    let resent = tb.tcp_resent().unwrap() - before;
+    assert!(resent >= 1, "{resent} segments sent again");
 }
 
 #[test]

@@ -348,6 +348,15 @@ impl Testbed {
         .with_context(|| format!("starting the sink of storage host {s}"))
     }
 
+    /// TCP segments the kernels of the testbed's namespaces have sent
+    /// again so far. Read before and after a run, the difference says
+    /// whether a stall was the kernel's loss recovery: a shaped link here
+    /// paces its senders rather than drop (this kernel's veth holds a full
+    /// queue's packets back), so none is expected.
+    pub fn tcp_resent(&self) -> anyhow::Result<u64> {
+        self.namespaces.iter().map(|ns| tcp_resent(ns)).sum()
+    }
+
     /// Bytes the qdisc of `dev` in namespace `ns` has sent.
     pub fn sent_bytes(&self, ns: &str, dev: &str) -> anyhow::Result<u64> {
         qdisc_sent(ns, dev)
@@ -458,6 +467,23 @@ pub fn qdisc_sent(ns: &str, dev: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("no Sent in {text}"))
 }
 
+/// TCP segments the kernel of namespace `ns` has sent again
+/// (`RetransSegs` of its `/proc/net/snmp`).
+pub fn tcp_resent(ns: &str) -> anyhow::Result<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    resent_of(&text).with_context(|| format!("no Tcp RetransSegs in {text}"))
+}
+
+fn resent_of(snmp: &str) -> Option<u64> {
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let at = names.split_whitespace().position(|w| w == "RetransSegs")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
 /// Moves the calling thread (and threads it starts later) into namespace `ns`.
 pub fn enter(ns: &str) -> std::io::Result<()> {
     let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
@@ -467,4 +493,20 @@ pub fn enter(ns: &str) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_resent_segments_are_read() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens \
+                    AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n\
+                    Tcp: 1 200 120000 -1 44 21 0 3 4 1000 2000 17 0 5 0\n\
+                    Udp: InDatagrams\nUdp: 3\n";
+        assert_eq!(resent_of(snmp), Some(17));
+        assert_eq!(resent_of("Udp: InDatagrams\nUdp: 3\n"), None);
+    }
 }
