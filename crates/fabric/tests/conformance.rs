@@ -1023,6 +1023,71 @@ fn busy_and_quiet(kind: Kind) {
     }
 }
 
+/// Over UCX a reader gives its writer credit for what it has taken once
+/// it has taken half a window (64 messages), on its next pass: after the
+/// reply it writes to the message that made the half, so that a ping-pong
+/// does not carry the credit on its way. A writer sees its credit in
+/// `can_take`.
+fn credit_after_the_reply(kind: Kind) {
+    let Some(p) = Pair::new(kind) else { return };
+    let a = p.a.open(40, cfg(Completion::Poll)).unwrap();
+    // A write that finds no room fails rather than hangs the test.
+    let writer = EndpointConfig {
+        send_timeout: Some(Duration::from_secs(5)),
+        ..cfg(Completion::Poll)
+    };
+    let mut b = p.b.open(41, writer).unwrap();
+    let to_a = p.target(&mut b, a.addr(), Mode::Reliable);
+    let mut buf = [0u8; 64];
+    // The first round with the reader on a thread of its own: over UCX's
+    // tcp a connection is made while both sides move.
+    let answer = echo(a, 1);
+    b.write(to_a, &[0]).unwrap();
+    assert_eq!(b.read(&mut buf).unwrap().len, 1);
+    let mut a = answer.join().unwrap();
+    let mut to_b = None;
+    for i in 1..32u8 {
+        b.write(to_a, &[i]).unwrap();
+        let r = a.read(&mut buf).unwrap();
+        let t = *to_b.get_or_insert_with(|| a.reply_target(&r, Mode::Reliable).unwrap());
+        a.write(t, &[i]).unwrap();
+        let r = b.read(&mut buf).unwrap();
+        assert_eq!(&buf[..r.len], [i]);
+    }
+    // The reader has made no pass since its last reply: the writer has
+    // the other half of its window and no more.
+    let mut more = 0;
+    while more <= 32 && b.can_take(to_a, 1).unwrap() {
+        b.write(to_a, &[0xAB]).unwrap();
+        more += 1;
+    }
+    assert_eq!(
+        more, 32,
+        "messages the writer could send after half a window"
+    );
+    // The reader's next pass gives the credit back; the writer's own
+    // passes hear it.
+    assert!(a.read_timeout(&mut buf, Duration::ZERO).unwrap().is_some());
+    let until = Instant::now() + Duration::from_secs(10);
+    while !b.can_take(to_a, 1).unwrap() {
+        assert!(Instant::now() < until, "the reader's credit never came");
+        assert!(b
+            .read_timeout(&mut buf, Duration::from_millis(1))
+            .unwrap()
+            .is_none());
+    }
+}
+
+#[test]
+fn ucx_sm_credit_goes_back_after_the_reply() {
+    credit_after_the_reply(Kind::ucx("sm,self"))
+}
+
+#[test]
+fn ucx_tcp_credit_goes_back_after_the_reply() {
+    credit_after_the_reply(Kind::ucx("tcp"))
+}
+
 macro_rules! suite {
     ($($name:ident = $kind:expr;)*) => {$(
         mod $name {

@@ -342,8 +342,9 @@ impl Endpoint {
     /// connection holds nothing yet, or its transport has room for the
     /// message. A sender with several peers (chunks striped over gateways)
     /// gives the next message to one that can take it, rather than wait on
-    /// a full connection while the others run dry. True where the transport
-    /// cannot tell (shared memory, UCX, udp).
+    /// a full connection while the others run dry. Over UCX, whether the
+    /// peer has given credit for another message; true where the transport
+    /// cannot tell (shared memory, udp).
     pub fn can_take(&mut self, t: Target, len: usize) -> Result<bool> {
         let e = self.entry(t)?;
         match e.route {

@@ -401,6 +401,12 @@ impl Connection for Conn {
         Transport::Ucx
     }
 
+    /// A message waits for the peer's credit (see `Port::took`), so
+    /// there is room for one while there is credit.
+    fn can_take(&self, _len: usize) -> bool {
+        self.credits > 0
+    }
+
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
         if let Some(e) = self.cannot_send() {
             return Err(e);

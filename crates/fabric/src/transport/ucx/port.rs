@@ -190,6 +190,9 @@ pub(crate) struct Port {
     iov: Vec<ffi::DtIov>,
     /// Datagrams and messages of strangers dropped.
     strangers: u64,
+    /// A connection owes its peer half a window of credit or more (see
+    /// [`Port::took`]).
+    credit_due: bool,
 }
 
 // SAFETY: the worker and everything hanging off it (ring, message
@@ -256,6 +259,7 @@ impl Port {
             spaces: Vec::new(),
             iov: Vec::new(),
             strangers: 0,
+            credit_due: false,
         };
         let mut efd = -1;
         // SAFETY: a live worker; `efd` is an out-pointer.
@@ -440,6 +444,9 @@ impl Port {
         mut user: Option<&mut [u8]>,
         conn: &mut dyn Conns,
     ) -> Step {
+        if self.credit_due {
+            self.give_due_credit();
+        }
         self.worker.progress();
         if self.held.tick() {
             self.reap_gone();
@@ -754,17 +761,48 @@ impl Port {
         }
     }
 
-    /// Counts a message taken off UCX for connection `index`; sends its
-    /// sender credit once half of what it may send is taken.
+    /// Counts a message taken off UCX for connection `index`. Credit goes
+    /// back to its sender once half of what it may send is taken, at the
+    /// start of the next pass (`credit_due`), not from inside this one: a
+    /// reply the application writes to the message it is handed goes
+    /// first, so a ping-pong does not carry the credit on its way (sent
+    /// at once, it rode one round trip in sixteen and set the 99th
+    /// percentile of a UCX shared-memory ping-pong). At three quarters
+    /// (many messages taken in one pass) it goes at once.
     fn took(&mut self, index: u16) {
         let Some(e) = self.table.get_mut(&index) else {
             return;
         };
         e.owed += 1;
-        if e.owed >= CREDITS / 2 {
-            let mut h = Header::new(FrameKind::Credit);
-            h.offset = u64::from(std::mem::take(&mut e.owed));
-            self.send(index, &h, &[]);
+        if e.owed >= CREDITS * 3 / 4 {
+            self.give_credit(index);
+        } else if e.owed >= CREDITS / 2 {
+            self.credit_due = true;
+        }
+    }
+
+    /// Gives connection `index`'s peer the credit owed to it.
+    fn give_credit(&mut self, index: u16) {
+        let Some(e) = self.table.get_mut(&index) else {
+            return;
+        };
+        let mut h = Header::new(FrameKind::Credit);
+        h.offset = u64::from(std::mem::take(&mut e.owed));
+        self.send(index, &h, &[]);
+    }
+
+    /// Gives every connection that owes half a window or more its credit.
+    #[cold]
+    #[inline(never)]
+    fn give_due_credit(&mut self) {
+        self.credit_due = false;
+        for i in 0..self.table.0.len() {
+            let owes = self.table.0[i]
+                .as_ref()
+                .is_some_and(|e| e.owed >= CREDITS / 2);
+            if owes {
+                self.give_credit(i as u16);
+            }
         }
     }
 
