@@ -833,14 +833,23 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         );
     }
     println!(
-        "what held each copy back, as cp saw it (up: its chunks sent again / gateways taken out of \
-         use / longest time without an acknowledgement; down: chunks that came twice / longest \
-         time between two chunks placed):"
+        "what held each copy back, as cp saw it (up: its chunks sent again / times it took a \
+         gateway out of use / longest time without an acknowledgement; down: chunks that came \
+         twice / longest time between two chunks placed):"
     );
-    println!(
-        "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
-        "gateways", "up", "up --direct", "down", "down --cache", "down --direct", "down /dev/null"
-    );
+    let header = || {
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            "gateways",
+            "up",
+            "up --direct",
+            "down",
+            "down --cache",
+            "down --direct",
+            "down /dev/null"
+        )
+    };
+    header();
     for r in &rows {
         let h: Vec<String> = r.cp_held.iter().map(|h| terse(h)).collect();
         println!(
@@ -848,7 +857,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.gateways, h[0], h[1], h[2], h[3], h[4], h[5]
         );
     }
-    println!("the TCP segments the testbed's kernels sent again meanwhile:");
+    println!("the TCP segments the testbed's kernels sent again during each copy:");
+    header();
     for r in &rows {
         let t = &r.cp_tcp_resent;
         println!(

@@ -377,7 +377,7 @@ fn a_gateway_killed_mid_copy_loses_nothing_either_way() {
     // cp, the receiver, says what it saw: chunks that came twice and the
     // longest time between two placed.
     assert!(
-        stderr(&down).contains(" chunks came twice, "),
+        stderr(&down).contains("held back by: chunks that came twice: "),
         "{}",
         stderr(&down)
     );
@@ -418,7 +418,7 @@ fn a_gateway_killed_mid_upload_loses_nothing() {
     // use, and a stall.
     let text = stderr(&up);
     assert!(
-        text.contains(" chunks sent again, ") && text.contains(" gateways taken out of use, "),
+        text.contains("held back by: chunks sent again: ") && text.contains(", failovers: "),
         "{text}"
     );
     let [_, failovers, stall] = held(&up)[..] else {

@@ -1024,10 +1024,10 @@ fn busy_and_quiet(kind: Kind) {
 }
 
 /// Over UCX a reader gives its writer credit for what it has taken once
-/// it has taken half a window (64 messages), on its next pass: after the
-/// reply it writes to the message that made the half, so that a ping-pong
-/// does not carry the credit on its way. A writer sees its credit in
-/// `can_take`.
+/// it has taken half a window (32 of the 64 messages a writer may have
+/// unread), on its next pass: after the reply it writes to the message
+/// that made the half, so that a ping-pong does not carry the credit on
+/// its way. A writer sees its credit in `can_take`.
 fn credit_after_the_reply(kind: Kind) {
     let Some(p) = Pair::new(kind) else { return };
     let a = p.a.open(40, cfg(Completion::Poll)).unwrap();

@@ -163,13 +163,15 @@ pub struct CopyReport {
     /// through gateways.
     pub through: Vec<(u32, u64)>,
     /// What held the transfers through gateways back, as this side saw
-    /// it: counts summed over them, the longest stall of any.
+    /// it: counts summed over them, the longest stall of any (its
+    /// `per_gateway` empty: that is `through`).
     pub held: Option<crate::lane::Carried>,
 }
 
 impl std::fmt::Display for CopyReport {
     /// What `cp` prints at the end: files, bytes, time and rate, what was
-    /// resumed, and on a second line the chunks each gateway carried.
+    /// resumed, and through gateways a line with the chunks each carried
+    /// and one with what held the copy back.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = if self.files == 1 { "" } else { "s" };
         write!(

@@ -141,10 +141,12 @@ pub struct Carried {
     /// The receiver's chunks that came again (sent again while the first
     /// copy was on its way) and were dropped.
     pub duplicates: u64,
-    /// Gateways the sender took out of use.
+    /// Times the sender took a gateway out of use (one that went twice
+    /// counts twice; one the central manager excluded counts).
     pub failovers: u64,
     /// The longest time without progress: the sender's without a new
-    /// chunk acknowledged, the receiver's between two chunks placed.
+    /// chunk acknowledged, the receiver's between two chunks placed (its
+    /// own writes included).
     pub longest_stall: Duration,
 }
 
@@ -154,15 +156,15 @@ impl std::fmt::Display for Carried {
         if self.sender {
             write!(
                 f,
-                "{} chunks sent again, {} gateways taken out of use",
+                "chunks sent again: {}, failovers: {}",
                 self.resent, self.failovers
             )?;
         } else {
-            write!(f, "{} chunks came twice", self.duplicates)?;
+            write!(f, "chunks that came twice: {}", self.duplicates)?;
         }
         write!(
             f,
-            ", longest stall {:.1} ms",
+            ", longest stall: {:.1} ms",
             self.longest_stall.as_secs_f64() * 1e3
         )
     }

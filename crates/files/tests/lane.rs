@@ -188,21 +188,23 @@ fn both_sides_say_what_held_a_transfer_back() {
     // acknowledged, for at least as long.
     assert!(!received.sender && sent.sender);
     assert!(received.longest_stall >= pause, "{received:?}");
-    assert!(sent.longest_stall >= pause, "{sent:?}");
+    // The sender's stall is between two acknowledgements, each a trip
+    // after its chunk's placing: the pause, give or take their jitter.
+    assert!(sent.longest_stall >= pause * 9 / 10, "{sent:?}");
     assert_eq!(received.per_gateway, [(GATEWAY, 16)]);
     assert_eq!(sent.per_gateway, [(GATEWAY, 16 + sent.resent)]);
     // Each in its own words.
     let (r, s) = (received.to_string(), sent.to_string());
     assert!(
         r.starts_with(&format!(
-            "{} chunks came twice, longest stall ",
+            "chunks that came twice: {}, longest stall: ",
             received.duplicates
         )),
         "{r}"
     );
     assert!(
         s.starts_with(&format!(
-            "{} chunks sent again, {} gateways taken out of use, longest stall ",
+            "chunks sent again: {}, failovers: {}, longest stall: ",
             sent.resent, sent.failovers
         )),
         "{s}"

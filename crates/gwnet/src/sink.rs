@@ -160,7 +160,8 @@ pub struct ReceiveReport {
     /// Chunks that came again and were dropped.
     pub duplicates: u64,
     /// The longest time between two chunks placed, from the first, in
-    /// nanoseconds: what a stall of the path cost the receiver.
+    /// nanoseconds: a stall of the path, or of the receiver's own writes
+    /// (placing is part of it).
     pub longest_gap: u64,
     /// Whether every chunk is in place.
     pub complete: bool,

@@ -473,6 +473,12 @@ pub fn tcp_resent(ns: &str) -> anyhow::Result<u64> {
     let out = Command::new("ip")
         .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
         .output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "reading namespace {ns}'s TCP counters: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     resent_of(&text).with_context(|| format!("no Tcp RetransSegs in {text}"))
 }

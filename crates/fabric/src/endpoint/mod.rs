@@ -343,12 +343,17 @@ impl Endpoint {
     /// message. A sender with several peers (chunks striped over gateways)
     /// gives the next message to one that can take it, rather than wait on
     /// a full connection while the others run dry. Over UCX, whether the
-    /// peer has given credit for another message; true where the transport
-    /// cannot tell (shared memory, udp).
+    /// peer has given credit for another reliable message; true where the
+    /// transport cannot tell (shared memory, udp). It moves nothing: room
+    /// and credit come back through the endpoint's reads and writes, so a
+    /// caller that finds none reads (or writes elsewhere) before it asks
+    /// again.
     pub fn can_take(&mut self, t: Target, len: usize) -> Result<bool> {
         let e = self.entry(t)?;
         match e.route {
-            Route::Conn { slot, gen } => Ok(self.conn_mut(e.peer, slot, gen)?.link.can_take(len)),
+            Route::Conn { slot, gen } => {
+                Ok(self.conn_mut(e.peer, slot, gen)?.link.can_take(len, e.mode))
+            }
             Route::Udp(_) => Ok(true),
         }
     }

@@ -530,7 +530,7 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.transport()
     }
 
-    fn can_take(&self, len: usize) -> bool {
+    fn can_take(&self, len: usize, _mode: Mode) -> bool {
         let frames = len.div_ceil(MAX_FRAME as usize).max(1);
         self.stream.can_take(len + frames * HEADER_LEN)
     }

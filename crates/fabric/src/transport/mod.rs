@@ -38,7 +38,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use crate::iobuf::IoBuf;
 use crate::pool::TokenPool;
 use crate::rx::{Core, Step};
-use crate::types::Transport;
+use crate::types::{Mode, Transport};
 use sys::Interest;
 
 /// What a transport can do.
@@ -254,10 +254,10 @@ pub(crate) trait Connection: fmt::Debug + Send {
     /// message, put or control frame) without blocking, going on from
     /// `st`; true once all of it is taken and `payload` may be reused.
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool>;
-    /// Whether a frame carrying `len` bytes would be taken now without
-    /// waiting for what the connection already holds to leave (see
-    /// [`Endpoint::can_take`](crate::Endpoint::can_take)).
-    fn can_take(&self, _len: usize) -> bool {
+    /// Whether a message of `len` bytes in `mode` would be taken now
+    /// without waiting for what the connection already holds to leave
+    /// (see [`Endpoint::can_take`](crate::Endpoint::can_take)).
+    fn can_take(&self, _len: usize, _mode: Mode) -> bool {
         true
     }
     /// Reads what has arrived for it into `core`, or straight into `user`,

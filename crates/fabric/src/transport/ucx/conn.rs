@@ -22,7 +22,7 @@ use super::{control_bytes, error, finish, Worker, DATAGRAM_AM};
 use crate::rx::{Core, Step};
 use crate::transport::sys::{self, Interest};
 use crate::transport::{Connection, Control, OneSided, RegionAnswer, SendState};
-use crate::types::{Addr, Transport};
+use crate::types::{Addr, Mode, Transport};
 
 /// Longest a writer waiting for UCX sleeps before it looks again.
 const WRITE_NAP: Duration = Duration::from_millis(1);
@@ -401,10 +401,11 @@ impl Connection for Conn {
         Transport::Ucx
     }
 
-    /// A message waits for the peer's credit (see `Port::took`), so
-    /// there is room for one while there is credit.
-    fn can_take(&self, _len: usize) -> bool {
-        self.credits > 0
+    /// A reliable message waits for the peer's credit (see
+    /// `Port::took`), so there is room for one while there is credit; a
+    /// datagram needs none.
+    fn can_take(&self, _len: usize, mode: Mode) -> bool {
+        mode == Mode::Datagram || self.credits > 0
     }
 
     fn send(&mut self, h: &Header, payload: &[u8], st: &mut SendState) -> io::Result<bool> {
