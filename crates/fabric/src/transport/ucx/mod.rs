@@ -500,12 +500,19 @@ pub(crate) unsafe fn finish(
 /// payload's) and the payload, in one block that stays put until UCX has
 /// sent it.
 pub(crate) fn control_bytes(h: &macrolink_wire::Header, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(macrolink_wire::HEADER_LEN + payload.len());
+    control_bytes_into(h, payload, &mut bytes);
+    bytes
+}
+
+/// As [`control_bytes`], into `bytes` (cleared first): a buffer used
+/// before is used again without allocating.
+pub(crate) fn control_bytes_into(h: &macrolink_wire::Header, payload: &[u8], bytes: &mut Vec<u8>) {
     let mut h = *h;
     h.len = payload.len() as u32;
-    let mut bytes = Vec::with_capacity(macrolink_wire::HEADER_LEN + payload.len());
+    bytes.clear();
     bytes.extend_from_slice(&h.encode());
     bytes.extend_from_slice(payload);
-    bytes
 }
 
 /// A UCX status as an I/O error naming what failed.

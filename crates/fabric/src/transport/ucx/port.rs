@@ -28,7 +28,8 @@ use super::conn::Conn;
 use super::ffi::{self, Posted, Ucp};
 use super::held::{Answer, Held, ANSWERS_CAP, TOTAL_CAP};
 use super::{
-    control_bytes, error, finish, Contact, Context, Refused, Shared, Worker, CREDITS, DATAGRAM_AM,
+    control_bytes_into, error, finish, Contact, Context, Refused, Shared, Worker, CREDITS,
+    DATAGRAM_AM,
 };
 use crate::rx::{Body, Core, Ready, Step};
 use crate::transport::sys::{self, Interest};
@@ -196,7 +197,14 @@ pub(crate) struct Port {
     /// A connection owes its peer half a window of credit or more (see
     /// [`Port::took`]).
     credit_due: bool,
+    /// Buffers of control messages UCX had done with at once, for the
+    /// next ones (credit goes back every 32 messages: no allocation each
+    /// time).
+    spare: Vec<Vec<u8>>,
 }
+
+/// Spare control buffers a port keeps.
+const SPARE: usize = 4;
 
 // SAFETY: the worker and everything hanging off it (ring, message
 // handles, requests, endpoint handles) is used only by the thread that
@@ -263,6 +271,7 @@ impl Port {
             iov: Vec::new(),
             strangers: 0,
             credit_due: false,
+            spare: Vec::new(),
         };
         let mut efd = -1;
         // SAFETY: a live worker; `efd` is an out-pointer.
@@ -968,7 +977,8 @@ impl Port {
             // A connection UCX cannot answer on (`Conn::unreachable`).
             return;
         }
-        let bytes = control_bytes(h, payload);
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        control_bytes_into(h, payload, &mut bytes);
         let p = ffi::RequestParam::new();
         // SAFETY: `ep` belongs to a live connection of this worker (entries
         // go when their connection does); `bytes` stays alive in `held`
@@ -977,7 +987,11 @@ impl Port {
             (self.ucp.tag_send_nbx)(e.ep, bytes.as_ptr().cast(), bytes.len(), e.tx_control, &p)
         };
         match ffi::posted(r) {
-            Posted::Done => {}
+            Posted::Done => {
+                if self.spare.len() < SPARE {
+                    self.spare.push(bytes);
+                }
+            }
             Posted::Request(req) => {
                 self.held.push(Answer {
                     index,
