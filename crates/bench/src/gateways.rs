@@ -48,7 +48,7 @@ pub struct Options {
 /// without a new chunk acknowledged. Of eight transfers, the first two
 /// are summed over the transfers (one gateway lost counts once for each
 /// transfer that took it out of use), the stall is the longest of any.
-/// Beside them, the TCP segments the testbed's kernels sent again
+/// Beside them, the retransmission timeouts the testbed's kernels had
 /// meanwhile: a stall with none is not the kernel's loss recovery.
 #[derive(Debug, Default, Serialize)]
 pub struct Held {
@@ -58,27 +58,30 @@ pub struct Held {
     pub failovers: u64,
     /// The longest stall, ms.
     pub longest_stall_ms: f64,
-    /// TCP segments the testbed's kernels sent again during the run.
-    pub tcp_resent: u64,
+    /// Retransmission timeouts of the testbed's kernels during the run.
+    pub tcp_timeouts: u64,
 }
 
 impl Held {
-    fn of(r: &SendReport, tcp_resent: u64) -> Held {
+    fn of(r: &SendReport, tcp_timeouts: u64) -> Held {
         Held {
             resent: r.resent,
             failovers: r.failovers,
             longest_stall_ms: r.longest_stall * 1e3,
-            tcp_resent,
+            tcp_timeouts,
         }
     }
 }
 
-/// Runs `f`; what it returned, and the TCP segments the testbed's kernels
-/// sent again meanwhile.
-fn resent_over<T>(tb: &Testbed, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, u64)> {
-    let before = tb.tcp_resent()?;
+/// Runs `f`; what it returned, and the retransmission timeouts the
+/// testbed's kernels had meanwhile.
+fn timeouts_over<T>(
+    tb: &Testbed,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, u64)> {
+    let before = tb.tcp_timeouts()?;
     let t = f()?;
-    Ok((t, tb.tcp_resent()?.saturating_sub(before)))
+    Ok((t, tb.tcp_timeouts()?.saturating_sub(before)))
 }
 
 /// One row: N gateways.
@@ -134,9 +137,9 @@ pub struct Row {
     /// What held each cp column back, as cp printed it (up, up --direct,
     /// down, down --cache, down --direct, down to /dev/null).
     pub cp_held: [String; 6],
-    /// TCP segments the testbed's kernels sent again during each cp
+    /// Retransmission timeouts of the testbed's kernels during each cp
     /// column's copy.
-    pub cp_tcp_resent: [u64; 6],
+    pub cp_tcp_timeouts: [u64; 6],
 }
 
 /// Something to break once a share of the transfer is acknowledged.
@@ -360,8 +363,8 @@ pub struct LaneCopy {
     /// the sender's chunks sent again and gateways taken out of use up,
     /// the receiver's chunks that came twice down, and the longest stall).
     pub held: [String; 6],
-    /// TCP segments the testbed's kernels sent again during each copy.
-    pub tcp_resent: [u64; 6],
+    /// Retransmission timeouts of the testbed's kernels during each copy.
+    pub tcp_timeouts: [u64; 6],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -563,7 +566,7 @@ pub fn files_through(
             out.source_cached[k - 2] =
                 macrolink_testbed::pages::cached_bytes(&source).map_err(anyhow::Error::msg)?;
         }
-        let (o, tcp_resent) = resent_over(tb, || {
+        let (o, tcp_timeouts) = timeouts_over(tb, || {
             Ok(Command::new("ip")
                 .args(["netns", "exec", &tb.compute()])
                 .arg(exe)
@@ -576,7 +579,7 @@ pub fn files_through(
                 .env("MACROLINK_SECRET", secret)
                 .output()?)
         })?;
-        out.tcp_resent[k] = tcp_resent;
+        out.tcp_timeouts[k] = tcp_timeouts;
         let err = String::from_utf8_lossy(&o.stderr);
         if !o.status.success() {
             bail!("cp {from} {to}: {err}");
@@ -705,9 +708,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        let (r, k1) = resent_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
+        let (r, k1) = timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
         let (many_report, k8) =
-            resent_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
+            timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
         let (r, many_report) = (r.report, many_report.report);
         let many = many_report.bytes as f64 / many_report.secs / 1e6;
         let held = [Held::of(&r, k1), Held::of(&many_report, k8)];
@@ -749,7 +752,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             fs_write: cp.fs_write,
             fs_write_uncached: cp.fs_write_uncached,
             cp_held: cp.held.clone(),
-            cp_tcp_resent: cp.tcp_resent,
+            cp_tcp_timeouts: cp.tcp_timeouts,
         });
     }
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -781,12 +784,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     }
     println!(
         "what held the striped transfers back: chunks sent again / gateways taken out of use \
-         (each summed over the transfers) / longest stall; tcp: the TCP segments the testbed's \
-         kernels sent again meanwhile:"
+         (each summed over the transfers) / longest stall; rto: the testbed's kernels' TCP \
+         retransmission timeouts meanwhile:"
     );
     println!(
         "{:>8} {:>24} {:>6} {:>24} {:>6}",
-        "gateways", "one transfer", "tcp", "8 transfers", "tcp"
+        "gateways", "one transfer", "rto", "8 transfers", "rto"
     );
     for r in &rows {
         let h = |h: &Held| {
@@ -799,9 +802,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             "{:>8} {:>24} {:>6} {:>24} {:>6}",
             r.gateways,
             h(&r.held[0]),
-            r.held[0].tcp_resent,
+            r.held[0].tcp_timeouts,
             h(&r.held[1]),
-            r.held[1].tcp_resent
+            r.held[1].tcp_timeouts
         );
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
@@ -857,10 +860,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             r.gateways, h[0], h[1], h[2], h[3], h[4], h[5]
         );
     }
-    println!("the TCP segments the testbed's kernels sent again during each copy:");
+    println!("the testbed's kernels' TCP retransmission timeouts during each copy:");
     header();
     for r in &rows {
-        let t = &r.cp_tcp_resent;
+        let t = &r.cp_tcp_timeouts;
         println!(
             "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
             r.gateways, t[0], t[1], t[2], t[3], t[4], t[5]

@@ -13,6 +13,7 @@ use macrolink_testbed::data::pattern;
 use macrolink_testbed::netns::{enter, in_ns, qdisc_sent, Shape, Testbed, ECMP_ADDR};
 use macrolink_testbed::{require, Peer};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_macrolink");
 
@@ -109,27 +110,46 @@ fn a_gateway_with_two_storage_links_uses_both() {
 }
 
 #[test]
-fn the_testbed_counts_the_tcp_segments_its_kernels_send_again() {
+fn the_testbed_counts_its_kernels_retransmission_timeouts() {
     let Some(tb) = testbed(1, 1) else {
         return;
     };
-    let before = tb.tcp_resent().unwrap();
-    // The gateway's storage-side link taken down: a connection's first
-    // segment goes nowhere and is sent again after a second.
-    let (g, dev) = (tb.gateway(0), tb.storage_link(0, 0));
-    in_ns(&g, &["ip", "link", "set", "dev", &dev, "down"]).unwrap();
+    let (g, st) = (tb.gateway(0), tb.storage());
     let to: std::net::SocketAddr = tb.storage_addr(0).parse().unwrap();
-    let tried = std::thread::scope(|s| {
+    let listener = std::thread::scope(|s| {
         s.spawn(|| {
-            enter(&g).unwrap();
-            std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_millis(1500))
+            enter(&st).unwrap();
+            std::net::TcpListener::bind(to).unwrap()
         })
         .join()
         .unwrap()
     });
-    assert!(tried.is_err(), "a connection over a link that is down");
-    let resent = tb.tcp_resent().unwrap() - before;
-    assert!(resent >= 1, "{resent} segments sent again");
+    let before = tb.tcp_timeouts().unwrap();
+    let timeouts = std::thread::scope(|s| {
+        let (tb, g, listener) = (&tb, &g, &listener);
+        s.spawn(move || {
+            enter(g).unwrap();
+            let mut c = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+            let (_peer, _) = listener.accept().unwrap();
+            // The gateway's storage-side link taken down under an open
+            // connection: what it writes is acknowledged by no one, and
+            // sent again when its timeout (200 ms at the least) passes.
+            let dev = tb.storage_link(0, 0);
+            in_ns(g, &["ip", "link", "set", "dev", &dev, "down"]).unwrap();
+            std::io::Write::write_all(&mut c, &[7; 1000]).unwrap();
+            let until = Instant::now() + Duration::from_secs(5);
+            loop {
+                let n = tb.tcp_timeouts().unwrap() - before;
+                if n >= 1 || Instant::now() > until {
+                    break n;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(timeouts >= 1, "no retransmission timeout counted");
 }
 
 #[test]

@@ -172,6 +172,11 @@ impl Striper {
         self.inflight.get(&seq).map(|&(gw, _)| gw)
     }
 
+    /// As [`path_of`](Self::path_of), with when it went.
+    pub fn sent_via(&self, seq: u64) -> Option<(Gw, Nanos)> {
+        self.inflight.get(&seq).copied()
+    }
+
     /// The receiver has chunk `seq` (repeats are harmless); `now` times
     /// the round trip of a chunk sent once.
     pub fn on_ack(&mut self, seq: u64, now: Nanos) {

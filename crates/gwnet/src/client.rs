@@ -397,9 +397,11 @@ pub fn stripe(
                 }) if t == transfer => {
                     let now = clock_ns();
                     // The gateway it went through forwards: as good as an
-                    // answered heartbeat (which may wait behind chunks).
-                    if let Some(gw) = striper.path_of(seq) {
+                    // answered heartbeat (which may wait behind chunks), and
+                    // how long it took says how long a heartbeat may wait.
+                    if let Some((gw, at)) = striper.sent_via(seq) {
                         health.heard(gw);
+                        health.trip(gw, now.saturating_sub(at));
                     }
                     striper.on_ack(seq, now);
                     acked += 1;
