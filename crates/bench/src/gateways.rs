@@ -615,6 +615,16 @@ pub fn files_through(
     Ok(out)
 }
 
+/// The cp columns, in the order of [`LaneCopy`]'s copies.
+const CP_COLUMNS: [&str; 6] = [
+    "up",
+    "up --direct",
+    "down",
+    "down --cache",
+    "down --direct",
+    "down /dev/null",
+];
+
 /// cp's `held back by:` words in the held table's shorthand: the figures
 /// with slashes between, the stall in ms.
 fn terse(held: &str) -> String {
@@ -808,17 +818,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         );
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
+    let cols = &CP_COLUMNS;
     println!(
         "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9} {:>9}",
-        "gateways",
-        "up",
-        "up --direct",
-        "down",
-        "down --cache",
-        "down --direct",
-        "down /dev/null",
-        "fs write",
-        "uncached"
+        "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], "fs write", "uncached"
     );
     for r in &rows {
         let c = |mbs: f64, ratio: f64| format!("{mbs:.1} {ratio:.2}");
@@ -843,13 +846,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     let header = || {
         println!(
             "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
-            "gateways",
-            "up",
-            "up --direct",
-            "down",
-            "down --cache",
-            "down --direct",
-            "down /dev/null"
+            "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
         )
     };
     header();
