@@ -34,6 +34,18 @@ impl Summary {
     }
 }
 
+/// The median of `v` (of the two middle ones, their mean); `None` when
+/// empty.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,8 @@
 //!   └ median of ours ┘  └ median of theirs ┘  └ lowest, highest ours/theirs ┘
 //! ```
 
+pub(super) use crate::stats::median;
+
 /// Latency runs of each side behind one latency row, alternated.
 pub(super) const ALTERNATIONS: usize = 5;
 
@@ -25,18 +27,6 @@ impl From<crate::peers::Latency> for Lat {
             median: l.median,
             p99: Some(l.p99),
         }
-    }
-}
-
-/// The median of `v` (of the two middle ones, their mean); `None` when
-/// empty.
-pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 

@@ -21,6 +21,10 @@ pub struct Args {
     /// Chunks in flight per gateway.
     #[arg(long, default_value_t = 4)]
     window: usize,
+    /// Striped runs of each kind (one transfer, eight) per number of
+    /// gateways, alternated: the table gives their median and range.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// Milliseconds between heartbeats to each gateway.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
@@ -46,6 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rate: a.rate,
         seconds: a.seconds,
         window: a.window,
+        runs: a.runs,
         heartbeat_ms: a.heartbeat_ms,
         misses: a.misses,
         json: a.json,
