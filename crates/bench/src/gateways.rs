@@ -54,7 +54,7 @@ pub struct Options {
 /// is the longest of any. Beside them, the retransmission timeouts the
 /// testbed's kernels had meanwhile, summed: a stall with none is not the
 /// kernel's loss recovery.
-#[derive(Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Held {
     /// Chunks sent again.
     pub resent: u64,
@@ -62,39 +62,59 @@ pub struct Held {
     pub failovers: u64,
     /// The longest stall, ms.
     pub longest_stall_ms: f64,
-    /// Retransmission timeouts of the testbed's kernels during the run.
+    /// Retransmission timeouts of the testbed's kernels during the runs.
     pub tcp_timeouts: u64,
 }
 
 impl Held {
-    /// Counts in one more run.
-    fn add(&mut self, r: &SendReport, tcp_timeouts: u64) {
-        self.resent += r.resent;
-        self.failovers += r.failovers;
-        self.longest_stall_ms = self.longest_stall_ms.max(r.longest_stall * 1e3);
-        self.tcp_timeouts += tcp_timeouts;
+    /// What held one run back.
+    fn of(r: &SendReport, tcp_timeouts: u64) -> Held {
+        Held {
+            resent: r.resent,
+            failovers: r.failovers,
+            longest_stall_ms: r.longest_stall * 1e3,
+            tcp_timeouts,
+        }
+    }
+
+    /// What held `runs` back together: counts summed, the longest stall.
+    fn over(runs: &[Run]) -> Held {
+        runs.iter().fold(Held::default(), |a, r| Held {
+            resent: a.resent + r.held.resent,
+            failovers: a.failovers + r.held.failovers,
+            longest_stall_ms: a.longest_stall_ms.max(r.held.longest_stall_ms),
+            tcp_timeouts: a.tcp_timeouts + r.held.tcp_timeouts,
+        })
     }
 }
 
-/// The runs of one kind of striped transfer through N gateways.
-#[derive(Debug, Default)]
-struct Runs {
-    /// MB/s of each run, in the order run.
-    rates: Vec<f64>,
-    held: Held,
+/// One striped run: its rate and what held it back.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    /// MB/s.
+    pub mb_per_s: f64,
+    /// What held it back.
+    pub held: Held,
 }
 
-impl Runs {
-    /// One more run, and the kernels' timeouts during it.
-    fn add(&mut self, r: &SendReport, tcp_timeouts: u64) {
-        self.rates.push(r.bytes as f64 / r.secs / 1e6);
-        self.held.add(r, tcp_timeouts);
+impl Run {
+    fn of(r: &SendReport, tcp_timeouts: u64) -> Run {
+        Run {
+            mb_per_s: r.bytes as f64 / r.secs / 1e6,
+            held: Held::of(r, tcp_timeouts),
+        }
     }
+}
 
-    /// The median run's MB/s.
-    fn median(&self) -> f64 {
-        crate::stats::median(self.rates.clone()).unwrap_or(0.0)
-    }
+/// The lowest of `runs`' MB/s; `None` for none.
+fn lowest_rate(runs: &[Run]) -> Option<f64> {
+    runs.iter().map(|r| r.mb_per_s).reduce(f64::min)
+}
+
+/// The median of `runs`' MB/s (of an even number of runs, the mean of
+/// the middle two); 0 for none.
+fn median_rate(runs: &[Run]) -> f64 {
+    crate::stats::median(runs.iter().map(|r| r.mb_per_s).collect()).unwrap_or(0.0)
 }
 
 /// Runs `f`; what it returned, and the retransmission timeouts the
@@ -115,15 +135,15 @@ pub struct Row {
     pub gateways: usize,
     /// macrolink, one striped transfer, MB/s: the median of the runs.
     pub macrolink: f64,
-    /// Each run of one striped transfer, MB/s.
-    pub macrolink_runs: Vec<f64>,
+    /// Each run of one striped transfer, in the order run.
+    pub macrolink_runs: Vec<Run>,
     /// macrolink / (N x its one-gateway figure).
     pub ratio_to_n_links: f64,
     /// macrolink, eight striped transfers at once, MB/s: the median of
     /// the runs.
     pub macrolink_8_flows: f64,
-    /// Each run of eight striped transfers, MB/s.
-    pub macrolink_8_flows_runs: Vec<f64>,
+    /// Each run of eight striped transfers, in the order run.
+    pub macrolink_8_flows_runs: Vec<Run>,
     /// Eight flows / (N x the one-gateway figure).
     pub ratio_8_flows: f64,
     /// What held the striped transfers back: one transfer, then eight.
@@ -671,10 +691,20 @@ fn terse(held: &str) -> String {
 /// one-gateway figure.
 fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
     type Pick = fn(&Row) -> Option<f64>;
-    let picks: [(&str, Pick); 11] = [
+    let picks: [(&str, Pick); 13] = [
         ("N x one gateway", |_| None),
-        ("macrolink, one striped transfer", |r| Some(r.macrolink)),
-        ("macrolink, 8 transfers", |r| Some(r.macrolink_8_flows)),
+        ("macrolink, one striped transfer (median)", |r| {
+            Some(r.macrolink)
+        }),
+        ("macrolink, 8 transfers (median)", |r| {
+            Some(r.macrolink_8_flows)
+        }),
+        ("macrolink, one striped transfer (lowest run)", |r| {
+            lowest_rate(&r.macrolink_runs)
+        }),
+        ("macrolink, 8 transfers (lowest run)", |r| {
+            lowest_rate(&r.macrolink_8_flows_runs)
+        }),
         ("kernel ECMP, iperf3 1 flow", |r| r.kernel_1_flow),
         ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
         ("macrolink cp up", |r| Some(r.cp_up)),
@@ -747,19 +777,17 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     for n in 1..=a.max {
         eprintln!("{n} gateway(s) ...");
         let tb = Testbed::new(n, &a.rate).map_err(anyhow::Error::msg)?;
-        // One transfer and eight, alternated: a run moves with whatever
-        // else the machine does in its seconds (the same build gave one
-        // transfer through three gateways 0.82 of three links in one run,
-        // 0.99-1.00 in the next 22 with nothing held back), and runs made
-        // in turn share that.
-        let (mut one_flow, mut eight) = (Runs::default(), Runs::default());
+        // One transfer and eight, alternated, so that both kinds share
+        // whatever else the machine does meanwhile: one run of either
+        // moves with it, the median of a few much less.
+        let (mut one_flow, mut eight) = (Vec::new(), Vec::new());
         for _ in 0..a.runs.max(1) {
             let (r, k) = timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
-            one_flow.add(&r.report, k);
+            one_flow.push(Run::of(&r.report, k));
             let (r, k) = timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
-            eight.add(&r.report, k);
+            eight.push(Run::of(&r.report, k));
         }
-        let (mbs, many) = (one_flow.median(), eight.median());
+        let (mbs, many) = (median_rate(&one_flow), median_rate(&eight));
         if n == 1 {
             one = mbs;
         }
@@ -779,9 +807,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             ratio_to_n_links: mbs / (n as f64 * one),
             macrolink_8_flows: many,
             ratio_8_flows: many / (n as f64 * one),
-            held: [one_flow.held, eight.held],
-            macrolink_runs: one_flow.rates,
-            macrolink_8_flows_runs: eight.rates,
+            held: [Held::over(&one_flow), Held::over(&eight)],
+            macrolink_runs: one_flow,
+            macrolink_8_flows_runs: eight,
             kernel_1_flow: k1,
             kernel_8_flows: k8,
             cp_up: cp.up,
@@ -805,7 +833,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
     println!(
         "storage-side links: {} each; one striped transfer of {} MiB; macrolink: the median \
-         of {} runs of each, alternated, and the range of their / (N x one)",
+         of {} runs of each, alternated, and the range of each run's / (N x one)",
         a.rate,
         a.mib,
         a.runs.max(1)
@@ -823,10 +851,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         "kernel 8 flows",
     );
     for r in &rows {
-        let range = |runs: &[f64]| {
+        let range = |runs: &[Run]| {
             let to_n = |mbs: f64| mbs / (r.gateways as f64 * one);
-            let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = runs.iter().copied().fold(0.0, f64::max);
+            let lo = lowest_rate(runs).unwrap_or(0.0);
+            let hi = runs.iter().map(|r| r.mb_per_s).fold(0.0, f64::max);
             format!("{:.2}-{:.2}", to_n(lo), to_n(hi))
         };
         println!(
@@ -917,8 +945,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         );
     }
     println!(
-        "one: macrolink's striped figure through one gateway. macrolink: one striped transfer over \
-         every gateway, and 8 at once; kernel ECMP: iperf3 with 1 and with 8 flows (blocking \
+        "one: macrolink's striped figure through one gateway (the median run). macrolink: one \
+         striped transfer over every gateway, and 8 at once; kernel ECMP: iperf3 with 1 and with 8 flows (blocking \
          sockets), hashed over the same links; cp: macrolink cp, one file with its default 2 \
          streams, through the lane's relays to the file service on the storage host (contact by \
          IP routes). None of these has a peer in the same regime here: the kernel columns show \
@@ -1007,26 +1035,37 @@ mod tests {
 
     #[test]
     fn a_cell_is_its_median_run_and_holds_what_held_any_run() {
-        let run = |bytes: u64, secs: f64, resent: u64, stall: f64| SendReport {
-            bytes,
-            secs,
-            resent,
-            failovers: resent / 2,
-            longest_stall: stall,
-            ..SendReport::default()
+        let run = |bytes: u64, secs: f64, resent: u64, stall: f64, timeouts: u64| {
+            let r = SendReport {
+                bytes,
+                secs,
+                resent,
+                failovers: resent / 2,
+                longest_stall: stall,
+                ..SendReport::default()
+            };
+            Run::of(&r, timeouts)
         };
-        let mut runs = Runs::default();
         // A run that dips, with a stall and chunks sent again, among two
         // that do not.
-        runs.add(&run(300_000_000, 1.0, 0, 0.020), 0);
-        runs.add(&run(300_000_000, 1.5, 4, 0.400), 3);
-        runs.add(&run(310_000_000, 1.0, 0, 0.010), 1);
-        assert_eq!(runs.rates, [300.0, 200.0, 310.0]);
-        assert_eq!(runs.median(), 300.0);
-        let h = &runs.held;
+        let runs = [
+            run(300_000_000, 1.0, 0, 0.020, 0),
+            run(300_000_000, 1.5, 4, 0.400, 3),
+            run(310_000_000, 1.0, 0, 0.010, 1),
+        ];
+        assert_eq!(runs.each_ref().map(|r| r.mb_per_s), [300.0, 200.0, 310.0]);
+        assert_eq!(median_rate(&runs), 300.0);
+        assert_eq!(lowest_rate(&runs), Some(200.0));
+        // The dip keeps what held it back in its own run...
+        assert_eq!(runs[1].held.resent, 4);
+        assert_eq!(runs[1].held.longest_stall_ms, 400.0);
+        // ... and the cell says it too.
+        let h = Held::over(&runs);
         assert_eq!((h.resent, h.failovers, h.tcp_timeouts), (4, 2, 4));
         assert_eq!(h.longest_stall_ms, 400.0);
-        assert_eq!(Runs::default().median(), 0.0);
+        // Of two, the mean of both; of none, nothing.
+        assert_eq!(median_rate(&runs[..2]), 250.0);
+        assert_eq!((median_rate(&[]), lowest_rate(&[])), (0.0, None));
     }
 
     #[test]

@@ -23,8 +23,8 @@ pub struct Args {
     window: usize,
     /// Striped runs of each kind (one transfer, eight) per number of
     /// gateways, alternated: the table gives their median and range.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// Milliseconds between heartbeats to each gateway.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
@@ -50,7 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rate: a.rate,
         seconds: a.seconds,
         window: a.window,
-        runs: a.runs,
+        runs: a.runs as usize,
         heartbeat_ms: a.heartbeat_ms,
         misses: a.misses,
         json: a.json,
