@@ -220,6 +220,7 @@ pub fn send_config(window: usize, heartbeat_ms: u64, misses: u32) -> SendConfig 
         pinned: false,
         patience: 30_000_000_000,
         excluded: None,
+        heard: None,
         transport: macrolink_fabric::Transport::Tcp,
     }
 }
@@ -272,7 +273,15 @@ pub fn striped(
                 cfg.peers.insert(tb.gateway_node(i), a.parse()?);
             }
             let node = Node::start(cfg)?;
-            let cfg = send_cfg;
+            // The flows share what they hear of the gateways, as a file
+            // server's downloads do (unless the caller gave a table).
+            let cfg = &SendConfig {
+                heard: send_cfg
+                    .heard
+                    .clone()
+                    .or_else(|| Some(macrolink_gateway::heard::Heard::new())),
+                ..send_cfg.clone()
+            };
             let targets: Vec<Addr> = (0..n).map(|i| Addr::new(tb.gateway_node(i), 1)).collect();
             // `flows` transfers at once, each from its own endpoint and
             // thread (started here, so in the compute namespace too).

@@ -14,6 +14,7 @@
 
 use macrolink_cluster::{Cluster, Host, Role};
 use macrolink_fabric::{Addr, Endpoint, EndpointConfig, Error as FabricError};
+use macrolink_gateway::heard::Heard;
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::{Chunk, StripeConfig};
 use macrolink_gwnet::client::{stripe, SendConfig};
@@ -62,6 +63,8 @@ pub fn add_routes(c: &Cluster, me: Option<&Host>, opts: &mut crate::ClientOption
         Some(me) => c.address_of(me, h),
         None => h.listen(),
     };
+    // The transfers of this process share what they hear of the gateways.
+    let heard = Heard::new();
     for s in c.with_role(Role::Storage) {
         let Some(files) = s.files else { continue };
         opts.hosts.insert(s.name.clone(), files);
@@ -91,6 +94,7 @@ pub fn add_routes(c: &Cluster, me: Option<&Host>, opts: &mut crate::ClientOption
                 gateways,
                 send: SendConfig {
                     excluded: opts.excluded.clone(),
+                    heard: Some(heard.clone()),
                     // To the gateways over the fast fabric's transport.
                     transport: if opts.ucx.is_some() {
                         macrolink_fabric::Transport::Ucx

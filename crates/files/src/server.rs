@@ -3,6 +3,7 @@
 
 use macrolink_fabric::gate::{self, Gate, Source, Timed};
 use macrolink_fabric::{Node, NodeConfig};
+use macrolink_gateway::heard::Heard;
 use macrolink_manage::excluded::Excluded;
 use std::collections::HashMap;
 use std::io;
@@ -153,6 +154,8 @@ struct Shared {
     clients: Mutex<HashMap<IpAddr, Usage>>,
     handshakes: Gate,
     excluded: Option<Excluded>,
+    /// What the downloads hear of the gateways, shared among them.
+    heard: Heard,
     meter: crate::meter::Meter,
     /// The node speaks UCX.
     ucx: bool,
@@ -307,6 +310,7 @@ impl Server {
                     time: cfg.limits.handshake_time,
                 }),
                 excluded: cfg.excluded,
+                heard: Heard::new(),
                 meter: cfg.meter,
                 ucx,
                 cache: cfg.cache,

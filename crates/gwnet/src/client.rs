@@ -11,6 +11,7 @@
 use macrolink_cluster::Cluster;
 use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
 use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
+use macrolink_gateway::heard::{Heard, Watch};
 use macrolink_gateway::lanes::Lanes;
 use macrolink_gateway::msg::{encode_chunk_head, Msg, CHUNK_HEADER};
 use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
@@ -37,6 +38,10 @@ pub struct SendConfig {
     /// taken out of use as soon as it is (and not dialled at all), by
     /// every transfer that shares the set.
     pub excluded: Option<Excluded>,
+    /// When the gateways were last heard from, shared with the other
+    /// transfers of this process that use them (see
+    /// [`macrolink_gateway::heard`]); `None`: this transfer judges alone.
+    pub heard: Option<Heard>,
     /// The transport to the gateways (the fast fabric's: tcp, or ucx over
     /// InfiniBand or RoCE).
     pub transport: Transport,
@@ -50,6 +55,7 @@ impl Default for SendConfig {
             pinned: false,
             patience: 0,
             excluded: None,
+            heard: None,
             transport: Transport::Tcp,
         }
     }
@@ -79,6 +85,7 @@ impl SendConfig {
             pinned: false,
             patience: PATIENCE,
             excluded: None,
+            heard: None,
             transport: Transport::Tcp,
         }
     }
@@ -284,6 +291,113 @@ fn ask_verdict(
     false
 }
 
+/// Messages read in one pass of a transfer's loop at most, before it
+/// judges its gateways and sends again.
+const MAX_READS: usize = 64;
+
+/// One striped transfer's state apart from its endpoint: what its loop
+/// hears and decides.
+struct Run {
+    transfer: u64,
+    striper: Striper,
+    health: Health,
+    gws: Gateways,
+    /// What the other transfers of this process hear from the gateways.
+    watch: Option<Watch>,
+    events: Vec<HealthEvent>,
+    acked: u64,
+    last_ack: u64,
+    /// Longest time between acknowledgements.
+    longest: u64,
+}
+
+impl Run {
+    /// Reads what has arrived, waiting up to `wait` for the first message
+    /// and taking at most [`MAX_READS`], and hears each.
+    fn read_inbox(&mut self, ep: &mut Endpoint, buf: &mut [u8], wait: Duration) -> Result<()> {
+        let mut got = ep.read_timeout(buf, wait);
+        for _ in 0..MAX_READS {
+            match got {
+                Ok(Some(r)) => self.take(&buf[..r.len], r.from),
+                Ok(None) => return Ok(()),
+                Err(Error::PeerLost { peer, .. }) => {
+                    if let Some(gw) = self.gws.index(peer) {
+                        self.gws.down(gw, &mut self.striper, Some(&mut self.health));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            got = ep.try_read(buf);
+        }
+        Ok(())
+    }
+
+    /// Hears one message from `from`.
+    fn take(&mut self, msg: &[u8], from: Addr) {
+        match Msg::decode(msg) {
+            Ok(Msg::Pong { seq }) => {
+                if let Some(gw) = self.gws.index(from) {
+                    self.health.on_reply(gw, seq, &mut self.events);
+                    if let Some(w) = &mut self.watch {
+                        w.hear(gw, clock_ns());
+                    }
+                }
+            }
+            Ok(Msg::Ack { transfer, seq, .. }) if transfer == self.transfer => {
+                let now = clock_ns();
+                // The gateway it went through forwards: as good as an
+                // answered heartbeat (which may wait behind chunks), and
+                // how long it took says how long a heartbeat may wait.
+                if let Some((gw, at)) = self.striper.sent_via(seq) {
+                    self.health.heard(gw);
+                    self.health.trip(gw, now.saturating_sub(at));
+                    if let Some(w) = &mut self.watch {
+                        w.hear(gw, now);
+                    }
+                }
+                self.striper.on_ack(seq, now);
+                self.acked += 1;
+                self.longest = self.longest.max(now - self.last_ack);
+                self.last_ack = now;
+            }
+            _ => {}
+        }
+    }
+
+    /// Heartbeats due, and gateways found down or back.
+    fn judge(&mut self, ep: &mut Endpoint, now: u64, head: &mut Vec<u8>) {
+        if let Some(w) = &mut self.watch {
+            w.news(&mut self.health);
+        }
+        // Answers read since the last pass may have left an Up in
+        // `events`: keep it.
+        self.health.poll(now, &mut self.events);
+        let (gws, striper, health) = (&mut self.gws, &mut self.striper, &mut self.health);
+        for e in self.events.drain(..) {
+            match e {
+                HealthEvent::Probe { gw, seq } => {
+                    head.clear();
+                    Msg::Ping { seq }.encode(head);
+                    if let Some(t) = gws.target(ep, gw) {
+                        if ep.write(t, head).is_err() {
+                            gws.down(gw, striper, Some(health));
+                        }
+                    }
+                }
+                HealthEvent::Down(gw) => gws.down(gw, striper, None),
+                HealthEvent::Up(gw) => {
+                    if gws.lanes.is_down(gw)
+                        && gws.target(ep, gw).is_some()
+                        && gws.lanes.up(gw, striper)
+                    {
+                        tracing::info!("gateway {} back in use", gws.addrs[gw]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Moves transfer `transfer` of `total` bytes, read chunk by chunk from
 /// `read`, to endpoint `to` through `gateways`: striped over the live ones
 /// (or pinned to one, see [`SendConfig::pinned`]), each chunk sent again
@@ -302,31 +416,41 @@ pub fn stripe(
 ) -> Result<SendReport> {
     let n = gateways.len();
     let start = clock_ns();
-    let mut striper = Striper::new(total, n, cfg.stripe);
-    let mut health = Health::new(n, cfg.health, start);
     let flow = [
         to_pair(ep.addr()).0.to_le_bytes(),
         to_pair(ep.addr()).1.to_le_bytes(),
     ]
     .concat();
-    let mut gws = Gateways {
-        addrs: gateways.to_vec(),
-        transport: cfg.transport,
-        targets: vec![None; n],
-        lanes: Lanes::new(n),
-        fenced: vec![false; n],
+    let ids: Vec<_> = gateways.iter().map(|g| to_pair(*g)).collect();
+    let mut run = Run {
+        transfer,
+        striper: Striper::new(total, n, cfg.stripe),
+        health: Health::new(n, cfg.health, start),
+        gws: Gateways {
+            addrs: gateways.to_vec(),
+            transport: cfg.transport,
+            targets: vec![None; n],
+            lanes: Lanes::new(n),
+            fenced: vec![false; n],
+        },
+        watch: cfg.heard.as_ref().map(|h| h.watch(&ids)),
+        events: Vec::new(),
+        acked: 0,
+        last_ack: start,
+        longest: 0,
     };
     let mut fence_seen = u64::MAX;
-    gws.fence(cfg.excluded.as_ref(), &mut fence_seen, &mut striper);
+    run.gws
+        .fence(cfg.excluded.as_ref(), &mut fence_seen, &mut run.striper);
     for gw in 0..n {
-        if !gws.fenced[gw] && gws.target(ep, gw).is_none() {
-            gws.down(gw, &mut striper, None);
+        if !run.gws.fenced[gw] && run.gws.target(ep, gw).is_none() {
+            run.gws.down(gw, &mut run.striper, None);
         }
     }
     if cfg.pinned {
-        gws.lanes.pin(
+        run.gws.lanes.pin(
             &[flow.as_slice(), &transfer.to_le_bytes()].concat(),
-            &mut striper,
+            &mut run.striper,
         );
     }
     let me = to_pair(ep.addr());
@@ -334,39 +458,27 @@ pub fn stripe(
     let mut buf = vec![0u8; 1 << 16];
     let mut out = Vec::with_capacity(CHUNK_HEADER + cfg.stripe.chunk as usize);
     let mut head = Vec::with_capacity(CHUNK_HEADER);
-    let mut events = Vec::new();
-    let (mut acked, mut last_ack, mut longest) = (0u64, start, 0u64);
-    while !striper.is_complete() {
-        gws.fence(cfg.excluded.as_ref(), &mut fence_seen, &mut striper);
+    let mut wait = Duration::ZERO;
+    while !run.striper.is_complete() {
+        run.gws
+            .fence(cfg.excluded.as_ref(), &mut fence_seen, &mut run.striper);
+        // What has arrived is heard before any gateway is judged: a pass
+        // held up (by a write, or by the scheduler with many transfers on
+        // few processors) judges on the answers that came meanwhile.
+        run.read_inbox(ep, &mut buf, wait)?;
+        wait = Duration::from_millis(1);
         let now = clock_ns();
-        // Answers read last pass may have left an Up in `events`: keep it.
-        health.poll(now, &mut events);
-        for e in events.drain(..) {
-            match e {
-                HealthEvent::Probe { gw, seq } => {
-                    head.clear();
-                    Msg::Ping { seq }.encode(&mut head);
-                    if let Some(t) = gws.target(ep, gw) {
-                        if ep.write(t, &head).is_err() {
-                            gws.down(gw, &mut striper, Some(&mut health));
-                        }
-                    }
-                }
-                HealthEvent::Down(gw) => gws.down(gw, &mut striper, None),
-                HealthEvent::Up(gw) => {
-                    if gws.lanes.is_down(gw)
-                        && gws.target(ep, gw).is_some()
-                        && gws.lanes.up(gw, &mut striper)
-                    {
-                        tracing::info!("gateway {} back in use", gws.addrs[gw]);
-                    }
-                }
-            }
-        }
+        run.judge(ep, now, &mut head);
         // A gateway whose connection is still full gets no chunk this
         // pass: the write would wait there while the others ran dry (the
         // sender's own links are the shaped ones when a server sends).
         let room = CHUNK_HEADER + cfg.stripe.chunk as usize;
+        let Run {
+            striper,
+            gws,
+            health,
+            ..
+        } = &mut run;
         while let Some(tx) = striper.poll_transmit_to(now, &mut |gw| {
             gws.target(ep, gw)
                 .is_none_or(|t| ep.can_take(t, room).unwrap_or(true))
@@ -382,49 +494,16 @@ pub fn stripe(
             read(c, &mut out[CHUNK_HEADER..])?;
             let sent = gws.target(ep, tx.gw).map(|t| ep.write(t, &out));
             if !matches!(sent, Some(Ok(()))) {
-                gws.down(tx.gw, &mut striper, Some(&mut health));
+                gws.down(tx.gw, striper, Some(health));
             }
-        }
-        match ep.read_timeout(&mut buf, Duration::from_millis(1)) {
-            Ok(Some(r)) => match Msg::decode(&buf[..r.len]) {
-                Ok(Msg::Pong { seq }) => {
-                    if let Some(gw) = gws.index(r.from) {
-                        health.on_reply(gw, seq, &mut events);
-                    }
-                }
-                Ok(Msg::Ack {
-                    transfer: t, seq, ..
-                }) if t == transfer => {
-                    let now = clock_ns();
-                    // The gateway it went through forwards: as good as an
-                    // answered heartbeat (which may wait behind chunks), and
-                    // how long it took says how long a heartbeat may wait.
-                    if let Some((gw, at)) = striper.sent_via(seq) {
-                        health.heard(gw);
-                        health.trip(gw, now.saturating_sub(at));
-                    }
-                    striper.on_ack(seq, now);
-                    acked += 1;
-                    longest = longest.max(now - last_ack);
-                    last_ack = now;
-                }
-                _ => {}
-            },
-            Ok(None) => {}
-            Err(Error::PeerLost { peer, .. }) => {
-                if let Some(gw) = gws.index(peer) {
-                    gws.down(gw, &mut striper, Some(&mut health));
-                }
-            }
-            Err(e) => return Err(e),
         }
         // Asked every pass, not on acknowledgements only: a transfer
         // cancelled while none come (its receiver failed) ends now, not
         // when patience runs out.
-        if !progress(acked, striper.chunks()) {
+        if !progress(run.acked, run.striper.chunks()) {
             return Err(Error::Timeout);
         }
-        if cfg.patience > 0 && clock_ns().saturating_sub(last_ack) > cfg.patience {
+        if cfg.patience > 0 && clock_ns().saturating_sub(run.last_ack) > cfg.patience {
             tracing::warn!(
                 "transfer {transfer}: nothing acknowledged for {} ms; giving up",
                 cfg.patience / 1_000_000
@@ -432,10 +511,11 @@ pub fn stripe(
             return Err(Error::Timeout);
         }
     }
+    let Run { striper, gws, .. } = run;
     Ok(SendReport {
         bytes: total,
         secs: (clock_ns() - start) as f64 / 1e9,
-        longest_stall: longest as f64 / 1e9,
+        longest_stall: run.longest as f64 / 1e9,
         resent: striper.resent,
         failovers: gws.lanes.failovers,
         verified: false,

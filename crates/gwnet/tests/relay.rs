@@ -2,14 +2,17 @@
 //! (`sink`), gateway nodes relaying (`relay`), and a compute node striping
 //! a transfer over them (`client::send`), on loopback TCP.
 
-use macrolink_fabric::{Addr, Mode, Node, NodeConfig, Transport};
+use macrolink_fabric::{Addr, Endpoint, Mode, Node, NodeConfig, Transport};
+use macrolink_gateway::heard::Heard;
 use macrolink_gateway::msg::Msg;
-use macrolink_gateway::stripe::StripeConfig;
-use macrolink_gwnet::client::{send, SendConfig};
+use macrolink_gateway::stripe::{Chunk, StripeConfig};
+use macrolink_gwnet::client::{send, stripe, SendConfig, SendReport};
 use macrolink_gwnet::{endpoint_config, relay, sink};
 use macrolink_testbed::data::pattern;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const SINK: u32 = 10;
 
@@ -322,4 +325,157 @@ fn a_sink_keeps_account_of_a_bounded_number_of_transfers() {
         }
     }
     assert_eq!(got, (true, true));
+}
+
+const SLOW: u32 = 21;
+const QUICK: u32 = 22;
+/// Transfer B's endpoint on the compute node.
+const B: u32 = 2;
+/// How long the slow gateway holds B's chunks back.
+const HELD: Duration = Duration::from_millis(1500);
+
+/// A gateway that acknowledges every chunk itself: at once, or, when
+/// `slow`, B's only after [`HELD`] and no heartbeat at all. Runs until
+/// `stop` or 30 s.
+fn stand_in(id: u32, slow: bool, stop: Arc<AtomicBool>) -> SocketAddr {
+    let n = node(id, "127.0.0.1:0", &[]);
+    let addr = n.tcp_addr().unwrap();
+    let mut ep = n.open(1, endpoint_config()).unwrap();
+    std::thread::spawn(move || {
+        let _node = n;
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut held: Vec<(Instant, Addr, Vec<u8>)> = Vec::new();
+        while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+            let now = Instant::now();
+            for (_, to, ack) in held.iter().filter(|h| h.0 <= now) {
+                let _ = answer(&mut ep, *to, ack);
+            }
+            held.retain(|h| h.0 > now);
+            let Ok(Some(r)) = ep.read_timeout(&mut buf, Duration::from_millis(5)) else {
+                continue;
+            };
+            let mut out = Vec::new();
+            let late = slow && r.from.ep == B;
+            match Msg::decode(&buf[..r.len]) {
+                Ok(Msg::Ping { seq }) if !slow => Msg::Pong { seq }.encode(&mut out),
+                Ok(Msg::Chunk {
+                    transfer,
+                    chunk,
+                    from,
+                    ..
+                }) => Msg::Ack {
+                    transfer,
+                    seq: chunk.seq,
+                    to: from,
+                }
+                .encode(&mut out),
+                _ => continue,
+            }
+            if late {
+                held.push((now + HELD, r.from, out));
+            } else {
+                let _ = answer(&mut ep, r.from, &out);
+            }
+        }
+    });
+    addr
+}
+
+/// Writes `msg` back over the connection `to` came by.
+fn answer(ep: &mut Endpoint, to: Addr, msg: &[u8]) -> macrolink_fabric::Result<()> {
+    match ep.connected_target(to, Mode::Reliable) {
+        Some(t) => ep.write(t, msg),
+        None => Err(macrolink_fabric::Error::BadTarget),
+    }
+}
+
+/// [`cfg`] in 64 KiB chunks, sharing `heard`.
+fn shared_cfg(heard: Option<Heard>) -> SendConfig {
+    let c = cfg();
+    SendConfig {
+        stripe: StripeConfig {
+            chunk: 64 << 10,
+            // Longer than the slow gateway holds a chunk: nothing is sent
+            // again, only heartbeats judge.
+            rto: 5_000_000_000,
+            ..c.stripe
+        },
+        heard,
+        ..c
+    }
+}
+
+/// Transfer B (through both gateways) beside transfer A (through the slow
+/// one only, on until B is done); B's report.
+fn b_beside_a(share: bool) -> SendReport {
+    let stop = Arc::new(AtomicBool::new(false));
+    let gws = [
+        (SLOW, stand_in(SLOW, true, stop.clone())),
+        (QUICK, stand_in(QUICK, false, stop.clone())),
+    ];
+    let compute = node(1, "127.0.0.1:0", &gws);
+    let heard = share.then(Heard::new);
+    let b_done = AtomicBool::new(false);
+    let to = Addr::new(99, 1);
+    let r = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let mut ep = compute.open(1, endpoint_config()).unwrap();
+            let mut read = |_: Chunk, _: &mut [u8]| -> std::io::Result<()> {
+                std::thread::sleep(Duration::from_millis(5));
+                Ok(())
+            };
+            stripe(
+                &mut ep,
+                &[Addr::new(SLOW, 1)],
+                to,
+                1,
+                40 << 20,
+                &mut read,
+                shared_cfg(heard.clone()),
+                &mut |_, _| !b_done.load(Ordering::Relaxed),
+            )
+        });
+        let mut ep = compute.open(B, endpoint_config()).unwrap();
+        let r = stripe(
+            &mut ep,
+            &[Addr::new(SLOW, 1), Addr::new(QUICK, 1)],
+            to,
+            2,
+            2 << 20,
+            &mut |_: Chunk, _: &mut [u8]| -> std::io::Result<()> { Ok(()) },
+            shared_cfg(heard.clone()),
+            &mut |_, _| true,
+        );
+        b_done.store(true, Ordering::Relaxed);
+        let a = a.join().unwrap();
+        assert!(a.is_err(), "A runs until B is done and is cancelled then");
+        r.unwrap()
+    });
+    stop.store(true, Ordering::Relaxed);
+    r
+}
+
+/// Transfers of one process that share what they hear of their gateways
+/// (`SendConfig::heard`): a gateway one transfer hears from stays in use
+/// for another that hears nothing from it itself. Two stand-in gateways
+/// acknowledge chunks themselves (no storage host behind). The slow one
+/// answers no heartbeat and holds transfer B's chunks back for a while,
+/// as a gateway whose queue is deep does; it acknowledges transfer A's at
+/// once. B, alone, takes it out of use; sharing A's hearing, it keeps it.
+#[test]
+fn a_gateway_another_transfer_hears_stays_in_use() {
+    let alone = b_beside_a(false);
+    assert!(
+        alone.failovers >= 1 && alone.down_at[0] != 0,
+        "alone, B hears nothing from the slow gateway for {HELD:?} and takes it out of use: {alone:?}"
+    );
+    let shared = b_beside_a(true);
+    assert_eq!(
+        (shared.failovers, shared.resent),
+        (0, 0),
+        "sharing A's hearing: {shared:?}"
+    );
+    assert!(shared.secs >= HELD.as_secs_f64(), "{shared:?}");
+    assert!(shared.per_gateway[0] > 0, "{shared:?}");
 }

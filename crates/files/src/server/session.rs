@@ -272,6 +272,7 @@ impl Session {
             };
             let cfg = SendConfig {
                 excluded: self.shared.excluded.clone(),
+                heard: Some(self.shared.heard.clone()),
                 ..SendConfig::default()
             };
             let sent = lane::send(&mut ep, far, shape, file, &shared, cfg);
