@@ -10,7 +10,10 @@
 //! queue grew, so it may take out of use a gateway that is forwarding
 //! the others' chunks as it judges. A gateway nobody hears from is judged
 //! as before: one silent to every transfer for longer than the detection
-//! bound is taken out of use by all of them.
+//! bound (or twice the last round trip of a chunk through it) is taken out
+//! of use by all of them. What is shared is whether the gateway lives, not
+//! how a transfer's own connection to it fares: chunks that wait too long
+//! on one are sent again elsewhere by their timeouts.
 //!
 //! ```text
 //!  transfer A ── ack via gw 1 ──► hear(gw 1, now) ──► Heard ──► news() ──► transfer B's
@@ -62,7 +65,8 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// This transfer heard from `gw` at `now`.
+    /// This transfer heard from `gw` at `now` (a gateway it has in use:
+    /// see `Health::is_up`).
     pub fn hear(&mut self, gw: Gw, now: Nanos) {
         if let Some(s) = self.slots.get(gw) {
             s.fetch_max(now, Ordering::Relaxed);

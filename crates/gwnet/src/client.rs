@@ -9,9 +9,9 @@
 //! ran dry.
 
 use macrolink_cluster::Cluster;
-use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Target, Transport};
-use macrolink_gateway::health::{Health, HealthConfig, HealthEvent};
-use macrolink_gateway::heard::{Heard, Watch};
+use macrolink_fabric::{clock_ns, Addr, Endpoint, Error, Mode, Result, Transport};
+use macrolink_gateway::health::{Health, HealthConfig};
+use macrolink_gateway::heard::Heard;
 use macrolink_gateway::lanes::Lanes;
 use macrolink_gateway::msg::{encode_chunk_head, Msg, CHUNK_HEADER};
 use macrolink_gateway::stripe::{Chunk, StripeConfig, Striper};
@@ -19,6 +19,10 @@ use macrolink_manage::excluded::Excluded;
 use std::time::Duration;
 
 use crate::to_pair;
+
+mod run;
+
+use run::{Gateways, Run};
 
 /// Settings of a send.
 #[derive(Clone, Debug)]
@@ -114,72 +118,6 @@ pub struct SendReport {
     pub down: Vec<bool>,
     /// When each gateway was last taken out of use ([`clock_ns`]; 0: never).
     pub down_at: Vec<u64>,
-}
-
-/// The connections of one transfer to its gateways; the decisions about
-/// them are [`Lanes`]'.
-struct Gateways {
-    addrs: Vec<Addr>,
-    transport: Transport,
-    targets: Vec<Option<Target>>,
-    lanes: Lanes,
-    /// Taken out of use because the central manager excluded them.
-    fenced: Vec<bool>,
-}
-
-impl Gateways {
-    fn index(&self, a: Addr) -> Option<usize> {
-        self.addrs.iter().position(|g| *g == a)
-    }
-
-    /// Takes `gw` out of use (for the striper, and for heartbeats when
-    /// `health` is given) and forgets its connection.
-    fn down(&mut self, gw: usize, striper: &mut Striper, health: Option<&mut Health>) {
-        if let Some(h) = health {
-            h.mark_down(gw);
-        }
-        if self.lanes.down(gw, clock_ns(), striper) {
-            self.targets[gw] = None;
-            tracing::info!("gateway {} out of use", self.addrs[gw]);
-        }
-    }
-
-    /// Takes the gateways `excluded` names out of use, once per change of
-    /// the set (`seen` is the generation last acted on). They stay out for
-    /// this transfer.
-    fn fence(&mut self, excluded: Option<&Excluded>, seen: &mut u64, striper: &mut Striper) {
-        let Some(x) = excluded else { return };
-        let g = x.generation();
-        if g == *seen {
-            return;
-        }
-        *seen = g;
-        for gw in 0..self.addrs.len() {
-            if x.contains(self.addrs[gw].node) && self.lanes.down(gw, clock_ns(), striper) {
-                self.targets[gw] = None;
-                self.fenced[gw] = true;
-                tracing::info!(
-                    "gateway {} excluded by the central manager: out of use",
-                    self.addrs[gw]
-                );
-            }
-        }
-    }
-
-    /// The connection to `gw`, dialled if there is none and the last
-    /// attempt is long enough ago.
-    fn target(&mut self, ep: &mut Endpoint, gw: usize) -> Option<Target> {
-        let now = clock_ns();
-        if self.targets[gw].is_none() && !self.fenced[gw] && self.lanes.may_dial(gw, now) {
-            self.targets[gw] = ep
-                .target_via(self.addrs[gw], Mode::Reliable, self.transport)
-                .ok();
-            if self.targets[gw].is_none() {
-                self.lanes.dial_failed(gw, now);
-            }
-        }
-        self.targets[gw]
-    }
 }
 
 /// Where the chunks of a transfer come from: fills the buffer with the
@@ -291,113 +229,6 @@ fn ask_verdict(
     false
 }
 
-/// Messages read in one pass of a transfer's loop at most, before it
-/// judges its gateways and sends again.
-const MAX_READS: usize = 64;
-
-/// One striped transfer's state apart from its endpoint: what its loop
-/// hears and decides.
-struct Run {
-    transfer: u64,
-    striper: Striper,
-    health: Health,
-    gws: Gateways,
-    /// What the other transfers of this process hear from the gateways.
-    watch: Option<Watch>,
-    events: Vec<HealthEvent>,
-    acked: u64,
-    last_ack: u64,
-    /// Longest time between acknowledgements.
-    longest: u64,
-}
-
-impl Run {
-    /// Reads what has arrived, waiting up to `wait` for the first message
-    /// and taking at most [`MAX_READS`], and hears each.
-    fn read_inbox(&mut self, ep: &mut Endpoint, buf: &mut [u8], wait: Duration) -> Result<()> {
-        let mut got = ep.read_timeout(buf, wait);
-        for _ in 0..MAX_READS {
-            match got {
-                Ok(Some(r)) => self.take(&buf[..r.len], r.from),
-                Ok(None) => return Ok(()),
-                Err(Error::PeerLost { peer, .. }) => {
-                    if let Some(gw) = self.gws.index(peer) {
-                        self.gws.down(gw, &mut self.striper, Some(&mut self.health));
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-            got = ep.try_read(buf);
-        }
-        Ok(())
-    }
-
-    /// Hears one message from `from`.
-    fn take(&mut self, msg: &[u8], from: Addr) {
-        match Msg::decode(msg) {
-            Ok(Msg::Pong { seq }) => {
-                if let Some(gw) = self.gws.index(from) {
-                    self.health.on_reply(gw, seq, &mut self.events);
-                    if let Some(w) = &mut self.watch {
-                        w.hear(gw, clock_ns());
-                    }
-                }
-            }
-            Ok(Msg::Ack { transfer, seq, .. }) if transfer == self.transfer => {
-                let now = clock_ns();
-                // The gateway it went through forwards: as good as an
-                // answered heartbeat (which may wait behind chunks), and
-                // how long it took says how long a heartbeat may wait.
-                if let Some((gw, at)) = self.striper.sent_via(seq) {
-                    self.health.heard(gw);
-                    self.health.trip(gw, now.saturating_sub(at));
-                    if let Some(w) = &mut self.watch {
-                        w.hear(gw, now);
-                    }
-                }
-                self.striper.on_ack(seq, now);
-                self.acked += 1;
-                self.longest = self.longest.max(now - self.last_ack);
-                self.last_ack = now;
-            }
-            _ => {}
-        }
-    }
-
-    /// Heartbeats due, and gateways found down or back.
-    fn judge(&mut self, ep: &mut Endpoint, now: u64, head: &mut Vec<u8>) {
-        if let Some(w) = &mut self.watch {
-            w.news(&mut self.health);
-        }
-        // Answers read since the last pass may have left an Up in
-        // `events`: keep it.
-        self.health.poll(now, &mut self.events);
-        let (gws, striper, health) = (&mut self.gws, &mut self.striper, &mut self.health);
-        for e in self.events.drain(..) {
-            match e {
-                HealthEvent::Probe { gw, seq } => {
-                    head.clear();
-                    Msg::Ping { seq }.encode(head);
-                    if let Some(t) = gws.target(ep, gw) {
-                        if ep.write(t, head).is_err() {
-                            gws.down(gw, striper, Some(health));
-                        }
-                    }
-                }
-                HealthEvent::Down(gw) => gws.down(gw, striper, None),
-                HealthEvent::Up(gw) => {
-                    if gws.lanes.is_down(gw)
-                        && gws.target(ep, gw).is_some()
-                        && gws.lanes.up(gw, striper)
-                    {
-                        tracing::info!("gateway {} back in use", gws.addrs[gw]);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Moves transfer `transfer` of `total` bytes, read chunk by chunk from
 /// `read`, to endpoint `to` through `gateways`: striped over the live ones
 /// (or pinned to one, see [`SendConfig::pinned`]), each chunk sent again
@@ -443,8 +274,9 @@ pub fn stripe(
     run.gws
         .fence(cfg.excluded.as_ref(), &mut fence_seen, &mut run.striper);
     for gw in 0..n {
+        // Out of use until it answers a heartbeat, whatever others hear.
         if !run.gws.fenced[gw] && run.gws.target(ep, gw).is_none() {
-            run.gws.down(gw, &mut run.striper, None);
+            run.gws.down(gw, &mut run.striper, Some(&mut run.health));
         }
     }
     if cfg.pinned {

@@ -3,6 +3,7 @@
 //! a transfer over them (`client::send`), on loopback TCP.
 
 use macrolink_fabric::{Addr, Endpoint, Mode, Node, NodeConfig, Transport};
+use macrolink_gateway::health::HealthConfig;
 use macrolink_gateway::heard::Heard;
 use macrolink_gateway::msg::Msg;
 use macrolink_gateway::stripe::{Chunk, StripeConfig};
@@ -390,10 +391,16 @@ fn answer(ep: &mut Endpoint, to: Addr, msg: &[u8]) -> macrolink_fabric::Result<(
     }
 }
 
-/// [`cfg`] in 64 KiB chunks, sharing `heard`.
+/// [`cfg`] in 64 KiB chunks, sharing `heard`; heartbeats every 250 ms, so
+/// that a gateway is out of use after about 0.75 s unheard: well before
+/// the slow gateway answers, well after any pause of a loaded machine.
 fn shared_cfg(heard: Option<Heard>) -> SendConfig {
     let c = cfg();
     SendConfig {
+        health: HealthConfig {
+            interval: 250_000_000,
+            misses: 3,
+        },
         stripe: StripeConfig {
             chunk: 64 << 10,
             // Longer than the slow gateway holds a chunk: nothing is sent
@@ -478,4 +485,61 @@ fn a_gateway_another_transfer_hears_stays_in_use() {
     );
     assert!(shared.secs >= HELD.as_secs_f64(), "{shared:?}");
     assert!(shared.per_gateway[0] > 0, "{shared:?}");
+}
+
+/// A gateway that could not be reached when a transfer started is taken
+/// into use once it answers a heartbeat, also while another transfer of
+/// the process hears from it all along (news of others does not stand in
+/// for this transfer's own answer, nor hold off the one that brings it
+/// back).
+#[test]
+fn a_gateway_unreachable_at_the_start_is_taken_into_use_once_it_answers() {
+    let sink = start_sink("127.0.0.1:0");
+    let first = start_relay(21, &[(SINK, sink)]);
+    let (hold, later) = macrolink_testbed::refusing::refusing_addr().unwrap();
+    let compute = node(1, "127.0.0.1:0", &[(21, first), (22, later)]);
+    let mut ep = compute.open(1, endpoint_config()).unwrap();
+    let heard = Heard::new();
+    let mut other = heard.watch(&[(22, 1)]);
+    let mut hold = Some(hold);
+    let chunks = 600u64;
+    let mut read = |_: Chunk, _: &mut [u8]| -> std::io::Result<()> {
+        std::thread::sleep(Duration::from_millis(5));
+        Ok(())
+    };
+    let r = stripe(
+        &mut ep,
+        &[Addr::new(21, 1), Addr::new(22, 1)],
+        Addr::new(SINK, 1),
+        3,
+        chunks * (64 << 10),
+        &mut read,
+        SendConfig {
+            stripe: StripeConfig {
+                chunk: 64 << 10,
+                ..cfg().stripe
+            },
+            heard: Some(heard.clone()),
+            ..cfg()
+        },
+        &mut |acked, _| {
+            other.hear(0, macrolink_fabric::clock_ns());
+            if acked >= chunks / 10 {
+                if let Some(h) = hold.take() {
+                    drop(h);
+                    let n = node(22, &later.to_string(), &[(SINK, sink)]);
+                    let ep = n.open(1, endpoint_config()).unwrap();
+                    std::thread::spawn(move || {
+                        let _node = n;
+                        relay::run(ep, &[(SINK, sink)], &relay::Meter::default())
+                    });
+                }
+            }
+            true
+        },
+    )
+    .unwrap();
+    assert!(hold.is_none(), "the second gateway was started");
+    assert!(r.per_gateway[1] > 0, "{r:?}");
+    assert!(!r.down[1], "{r:?}");
 }
