@@ -1,0 +1,213 @@
+//! The tables and the plot of a run.
+
+use std::path::Path;
+
+use super::held::{lowest_rate, Held, Run};
+use super::lane::{fs_type, terse, CP_COLUMNS};
+use super::{Options, Row};
+
+/// Bandwidth against gateways: each way of moving data beside N x the
+/// one-gateway figure.
+pub(super) fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::Result<()> {
+    type Pick = fn(&Row) -> Option<f64>;
+    let picks: [(&str, Pick); 13] = [
+        ("N x one gateway", |_| None),
+        ("macrolink, one striped transfer (median)", |r| {
+            Some(r.macrolink)
+        }),
+        ("macrolink, 8 transfers (median)", |r| {
+            Some(r.macrolink_8_flows)
+        }),
+        ("macrolink, one striped transfer (lowest run)", |r| {
+            lowest_rate(&r.macrolink_runs)
+        }),
+        ("macrolink, 8 transfers (lowest run)", |r| {
+            lowest_rate(&r.macrolink_8_flows_runs)
+        }),
+        ("kernel ECMP, iperf3 1 flow", |r| r.kernel_1_flow),
+        ("kernel ECMP, iperf3 8 flows", |r| r.kernel_8_flows),
+        ("macrolink cp up", |r| Some(r.cp_up)),
+        ("macrolink cp --direct up", |r| Some(r.cp_up_direct)),
+        ("macrolink cp down", |r| Some(r.cp_down)),
+        ("macrolink cp --cache down", |r| Some(r.cp_down_cached)),
+        ("macrolink cp --direct down", |r| Some(r.cp_down_direct)),
+        ("macrolink cp down into /dev/null", |r| Some(r.cp_down_null)),
+    ];
+    let series: Vec<(String, Vec<(f64, f64)>)> = picks
+        .iter()
+        .enumerate()
+        .map(|(i, (name, pick))| {
+            let pts = rows
+                .iter()
+                .filter_map(|r| {
+                    let y = if i == 0 {
+                        Some(r.gateways as f64 * one)
+                    } else {
+                        pick(r)
+                    };
+                    Some((r.gateways as f64, y?))
+                })
+                .collect();
+            (name.to_string(), pts)
+        })
+        .collect();
+    crate::plot::lines_png(
+        path,
+        &format!("one compute host to storage through N gateways ({rate} storage links)"),
+        ("gateways", "MB/s"),
+        &series,
+    )
+}
+
+/// Prints the tables of `rows`; `one` is the one-gateway figure.
+pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
+    let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
+    println!(
+        "storage-side links: {} each; one striped transfer of {} MiB; macrolink: the median \
+         of {} runs of each, alternated, and the range of each run's / (N x one)",
+        a.rate,
+        a.mib,
+        a.runs.max(1)
+    );
+    println!(
+        "{:>8} {:>14} {:>12} {:>10} {:>17} {:>12} {:>10} {:>14} {:>15}",
+        "gateways",
+        "macrolink MB/s",
+        "/ (N x one)",
+        "range",
+        "macrolink 8 flows",
+        "/ (N x one)",
+        "range",
+        "kernel 1 flow",
+        "kernel 8 flows",
+    );
+    for r in rows {
+        let range = |runs: &[Run]| {
+            let to_n = |mbs: f64| mbs / (r.gateways as f64 * one);
+            let lo = lowest_rate(runs).unwrap_or(0.0);
+            let hi = runs.iter().map(|r| r.mb_per_s).fold(0.0, f64::max);
+            format!("{:.2}-{:.2}", to_n(lo), to_n(hi))
+        };
+        println!(
+            "{:>8} {:>14.1} {:>12.2} {:>10} {:>17.1} {:>12.2} {:>10} {:>14} {:>15}",
+            r.gateways,
+            r.macrolink,
+            r.ratio_to_n_links,
+            range(&r.macrolink_runs),
+            r.macrolink_8_flows,
+            r.ratio_8_flows,
+            range(&r.macrolink_8_flows_runs),
+            f(r.kernel_1_flow),
+            f(r.kernel_8_flows),
+        );
+    }
+    println!(
+        "what held the striped transfers back: chunks sent again / gateways taken out of use \
+         (each summed over the runs and the transfers) / longest stall of any; rto: the \
+         testbed's kernels' TCP retransmission timeouts meanwhile, summed:"
+    );
+    println!(
+        "{:>8} {:>24} {:>6} {:>24} {:>6}",
+        "gateways", "one transfer", "rto", "8 transfers", "rto"
+    );
+    for r in rows {
+        let h = |h: &Held| {
+            format!(
+                "{} / {} / {:.1} ms",
+                h.resent, h.failovers, h.longest_stall_ms
+            )
+        };
+        println!(
+            "{:>8} {:>24} {:>6} {:>24} {:>6}",
+            r.gateways,
+            h(&r.held[0]),
+            r.held[0].tcp_timeouts,
+            h(&r.held[1]),
+            r.held[1].tcp_timeouts
+        );
+    }
+    println!("cp of the same file through the lane, MB/s and / (N x one):");
+    let cols = &CP_COLUMNS;
+    println!(
+        "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9} {:>9}",
+        "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], "fs write", "uncached"
+    );
+    for r in rows {
+        let c = |mbs: f64, ratio: f64| format!("{mbs:.1} {ratio:.2}");
+        println!(
+            "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9.1} {:>9.1}",
+            r.gateways,
+            c(r.cp_up, r.ratio_cp_up),
+            c(r.cp_up_direct, r.ratio_cp_up_direct),
+            c(r.cp_down, r.ratio_cp_down),
+            c(r.cp_down_cached, r.ratio_cp_down_cached),
+            c(r.cp_down_direct, r.ratio_cp_down_direct),
+            c(r.cp_down_null, r.ratio_cp_down_null),
+            r.fs_write,
+            r.fs_write_uncached,
+        );
+    }
+    println!(
+        "what held each copy back, as cp saw it (up: its chunks sent again / times it took a \
+         gateway out of use / longest time without an acknowledgement; down: chunks that came \
+         twice / longest time between two chunks placed):"
+    );
+    let header = || {
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
+        )
+    };
+    header();
+    for r in rows {
+        let h: Vec<String> = r.cp_held.iter().map(|h| terse(h)).collect();
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            r.gateways, h[0], h[1], h[2], h[3], h[4], h[5]
+        );
+    }
+    println!("the testbed's kernels' TCP retransmission timeouts during each copy:");
+    header();
+    for r in rows {
+        let t = &r.cp_tcp_timeouts;
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            r.gateways, t[0], t[1], t[2], t[3], t[4], t[5]
+        );
+    }
+    println!(
+        "one: macrolink's striped figure through one gateway (the median run). macrolink: one \
+         striped transfer over every gateway, and 8 at once; kernel ECMP: iperf3 with 1 and with 8 flows (blocking \
+         sockets), hashed over the same links; cp: macrolink cp, one file with its default 2 \
+         streams, through the lane's relays to the file service on the storage host (contact by \
+         IP routes). None of these has a peer in the same regime here: the kernel columns show \
+         what the links carry, not a like-for-like copy."
+    );
+    let files = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let pages = if crate::balloon::reports_free_pages() {
+        "this machine's balloon device reports free memory to its host (virtio-balloon free \
+         page reporting): the host takes freed pages back within seconds, and the first write \
+         to each new page-cache page waits for the host to fault it in, at a pace that moves \
+         from minute to minute; a copy that keeps its pages cached pays the same, so it may run \
+         somewhat below or above this one write"
+    } else {
+        "a copy that keeps its pages cached runs at most about this fast"
+    };
+    println!(
+        "cp's files live in {} ({}); up and down: as cp and the server write by default, the \
+         first {} MiB of a file through the page cache and the rest uncached (RWF_DONTCACHE: \
+         written back at once and its pages freed, so that they serve again); --cache: every \
+         page kept cached, as an ordinary write; --direct: written past the page cache \
+         (O_DIRECT), by the server up, by cp down; /dev/null: the download into nothing, what \
+         the lane and cp carry with no file system on the client. fs write: the same bytes \
+         written from memory to a new file beside them in 1 MiB writes by one thread, after the \
+         copies, with no network, through the page cache: what the file system and the \
+         machine's supply of new pages give one writer; {pages}; uncached: the same, written as \
+         cp writes by default (--dir puts the files elsewhere). Each copy and each write start \
+         after a sync, with the file system idle; each download reads a file the storage host \
+         holds in its page cache, as each upload reads one cp's host holds.",
+        files.display(),
+        fs_type(&files),
+        macrolink_files::uncached::HEAD >> 20,
+    );
+}
