@@ -17,7 +17,7 @@ mod lane;
 mod striped;
 mod table;
 
-use held::{median_rate, timeouts_over};
+use held::{median_rate, watched};
 pub use held::{Held, Run};
 pub use lane::{files_through, LaneCopy};
 pub use striped::{send_config, striped, Fault, Striped};
@@ -52,7 +52,7 @@ pub struct Options {
 }
 
 /// One row: N gateways.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Row {
     /// Gateways in the lane.
     pub gateways: usize,
@@ -112,6 +112,8 @@ pub struct Row {
     /// Retransmission timeouts of the testbed's kernels during each cp
     /// column's copy.
     pub cp_tcp_timeouts: [u64; 6],
+    /// The machine during each cp column's copy.
+    pub cp_machine: [crate::stalls::Stalled; 6],
 }
 
 /// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
@@ -156,9 +158,9 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         // moves with it, the median of a few much less.
         let (mut one_flow, mut eight) = (Vec::new(), Vec::new());
         for _ in 0..a.runs.max(1) {
-            let (r, k) = timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
+            let (r, k) = watched(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
             one_flow.push(Run::of(&r.report, k));
-            let (r, k) = timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
+            let (r, k) = watched(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
             eight.push(Run::of(&r.report, k));
         }
         let (mbs, many) = (median_rate(&one_flow), median_rate(&eight));
@@ -202,6 +204,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             fs_write_uncached: cp.fs_write_uncached,
             cp_held: cp.held.clone(),
             cp_tcp_timeouts: cp.tcp_timeouts,
+            cp_machine: cp.machine,
         });
     }
     table::print(&rows, one, a);

@@ -46,6 +46,7 @@ pub mod report;
 pub mod server;
 pub mod session;
 pub mod sleeps;
+pub mod stalls;
 pub mod stats;
 pub mod sweep;
 pub mod wake;

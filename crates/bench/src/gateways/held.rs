@@ -5,6 +5,8 @@ use macrolink_gwnet::client::SendReport;
 use macrolink_testbed::netns::Testbed;
 use serde::Serialize;
 
+use crate::stalls::{Probe, Stalled};
+
 /// What held the striped runs of one kind back: chunks sent again (their
 /// path lost or their timeout passed), gateways taken out of use, and the
 /// longest time without a new chunk acknowledged. The first two are summed
@@ -12,7 +14,8 @@ use serde::Serialize;
 /// lost counts once for each transfer that took it out of use); the stall
 /// is the longest of any. Beside them, the retransmission timeouts the
 /// testbed's kernels had meanwhile, summed: a stall with none is not the
-/// kernel's loss recovery.
+/// kernel's loss recovery; and what the machine did: a stall as long as a
+/// sleep's lateness was the machine's, not the transfer's.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Held {
     /// Chunks sent again.
@@ -23,16 +26,29 @@ pub struct Held {
     pub longest_stall_ms: f64,
     /// Retransmission timeouts of the testbed's kernels during the runs.
     pub tcp_timeouts: u64,
+    /// The machine during the runs: the latest a sleeping probe woke, the
+    /// processor time the host took.
+    pub machine: Stalled,
+}
+
+/// What went on beside a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Beside {
+    /// Retransmission timeouts of the testbed's kernels.
+    pub tcp_timeouts: u64,
+    /// What a probe saw of the machine.
+    pub machine: Stalled,
 }
 
 impl Held {
     /// What held one run back.
-    pub(super) fn of(r: &SendReport, tcp_timeouts: u64) -> Held {
+    pub(super) fn of(r: &SendReport, beside: Beside) -> Held {
         Held {
             resent: r.resent,
             failovers: r.failovers,
             longest_stall_ms: r.longest_stall * 1e3,
-            tcp_timeouts,
+            tcp_timeouts: beside.tcp_timeouts,
+            machine: beside.machine,
         }
     }
 
@@ -43,6 +59,7 @@ impl Held {
             failovers: a.failovers + r.held.failovers,
             longest_stall_ms: a.longest_stall_ms.max(r.held.longest_stall_ms),
             tcp_timeouts: a.tcp_timeouts + r.held.tcp_timeouts,
+            machine: a.machine.and(r.held.machine),
         })
     }
 }
@@ -57,10 +74,10 @@ pub struct Run {
 }
 
 impl Run {
-    pub(super) fn of(r: &SendReport, tcp_timeouts: u64) -> Run {
+    pub(super) fn of(r: &SendReport, beside: Beside) -> Run {
         Run {
             mb_per_s: r.bytes as f64 / r.secs / 1e6,
-            held: Held::of(r, tcp_timeouts),
+            held: Held::of(r, beside),
         }
     }
 }
@@ -76,15 +93,25 @@ pub(super) fn median_rate(runs: &[Run]) -> f64 {
     crate::stats::median(runs.iter().map(|r| r.mb_per_s).collect()).unwrap_or(0.0)
 }
 
-/// Runs `f`; what it returned, and the retransmission timeouts the
-/// testbed's kernels had meanwhile.
-pub(super) fn timeouts_over<T>(
+/// Runs `f`; what it returned, and what went on beside it: the
+/// retransmission timeouts the testbed's kernels had and what a probe saw
+/// of the machine.
+pub(super) fn watched<T>(
     tb: &Testbed,
     f: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, u64)> {
+) -> anyhow::Result<(T, Beside)> {
     let before = tb.tcp_timeouts()?;
+    let probe = Probe::start()?;
     let t = f()?;
-    Ok((t, tb.tcp_timeouts()?.saturating_sub(before)))
+    let machine = probe.finish();
+    let tcp_timeouts = tb.tcp_timeouts()?.saturating_sub(before);
+    Ok((
+        t,
+        Beside {
+            tcp_timeouts,
+            machine,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -93,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_cell_is_its_median_run_and_holds_what_held_any_run() {
-        let run = |bytes: u64, secs: f64, resent: u64, stall: f64, timeouts: u64| {
+        let run = |bytes: u64, secs: f64, resent: u64, stall: f64, tcp_timeouts: u64| {
             let r = SendReport {
                 bytes,
                 secs,
@@ -102,7 +129,17 @@ mod tests {
                 longest_stall: stall,
                 ..SendReport::default()
             };
-            Run::of(&r, timeouts)
+            let machine = Stalled {
+                late_ms: stall * 1e3 - 10.0,
+                steal_ms: Some(tcp_timeouts as f64),
+            };
+            Run::of(
+                &r,
+                Beside {
+                    tcp_timeouts,
+                    machine,
+                },
+            )
         };
         // A run that dips, with a stall and chunks sent again, among two
         // that do not.
@@ -121,6 +158,9 @@ mod tests {
         let h = Held::over(&runs);
         assert_eq!((h.resent, h.failovers, h.tcp_timeouts), (4, 2, 4));
         assert_eq!(h.longest_stall_ms, 400.0);
+        // The machine: the latest wake-up of any run, the steal of all.
+        assert_eq!(h.machine.late_ms, 390.0);
+        assert_eq!(h.machine.steal_ms, Some(4.0));
         // Of two, the mean of both; of none, nothing.
         assert_eq!(median_rate(&runs[..2]), 250.0);
         assert_eq!((median_rate(&[]), lowest_rate(&[])), (0.0, None));

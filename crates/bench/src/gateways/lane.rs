@@ -8,7 +8,8 @@ use macrolink_testbed::Peer;
 use std::path::Path;
 use std::process::Command;
 
-use super::held::timeouts_over;
+use super::held::watched;
+use crate::stalls::Stalled;
 
 /// What `cp` did through a lane of the testbed.
 #[derive(Debug, Default)]
@@ -38,6 +39,8 @@ pub struct LaneCopy {
     pub held: [String; 6],
     /// Retransmission timeouts of the testbed's kernels during each copy.
     pub tcp_timeouts: [u64; 6],
+    /// What a probe saw of the machine during each copy.
+    pub machine: [Stalled; 6],
     /// Bytes each gateway's first storage-side link sent during the upload.
     pub link_bytes: Vec<u64>,
     /// The same bytes written from memory to a file beside cp's, in 1 MiB
@@ -239,7 +242,7 @@ pub fn files_through(
             out.source_cached[k - 2] =
                 macrolink_testbed::pages::cached_bytes(&source).map_err(anyhow::Error::msg)?;
         }
-        let (o, tcp_timeouts) = timeouts_over(tb, || {
+        let (o, beside) = watched(tb, || {
             Ok(Command::new("ip")
                 .args(["netns", "exec", &tb.compute()])
                 .arg(exe)
@@ -252,7 +255,8 @@ pub fn files_through(
                 .env("MACROLINK_SECRET", secret)
                 .output()?)
         })?;
-        out.tcp_timeouts[k] = tcp_timeouts;
+        out.tcp_timeouts[k] = beside.tcp_timeouts;
+        out.machine[k] = beside.machine;
         let err = String::from_utf8_lossy(&o.stderr);
         if !o.status.success() {
             bail!("cp {from} {to}: {err}");

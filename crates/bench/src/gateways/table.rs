@@ -59,6 +59,46 @@ pub(super) fn plot(path: &Path, rows: &[Row], one: f64, rate: &str) -> anyhow::R
     )
 }
 
+/// A striped run below this share of N x one is listed with what the
+/// machine did meanwhile.
+const DIP: f64 = 0.95;
+
+/// Each striped run of `rows` below `below` x N x `one`, with what held it
+/// back and what the machine did meanwhile, one line each.
+fn dips(rows: &[Row], one: f64, below: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows {
+        let kinds = [
+            ("one transfer", &r.macrolink_runs),
+            ("8 transfers", &r.macrolink_8_flows_runs),
+        ];
+        for (kind, runs) in kinds {
+            for (i, run) in runs.iter().enumerate() {
+                let share = run.mb_per_s / (r.gateways as f64 * one);
+                if share >= below {
+                    continue;
+                }
+                let (h, m) = (&run.held, &run.held.machine);
+                let steal = m
+                    .steal_ms
+                    .map_or("n.a.".to_string(), |s| format!("{s:.0} ms"));
+                out.push(format!(
+                    "{} gateway(s), {kind}, run {}: {share:.2}; {} chunks sent again, {} \
+                     gateways taken out of use, longest stall {:.0} ms; the host took {steal} \
+                     of processor time, a sleep woke {:.0} ms late",
+                    r.gateways,
+                    i + 1,
+                    h.resent,
+                    h.failovers,
+                    h.longest_stall_ms,
+                    m.late_ms,
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Prints the tables of `rows`; `one` is the one-gateway figure.
 pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
     let f = |v: Option<f64>| v.map_or("n.a.".to_string(), |x| format!("{x:.1}"));
@@ -104,11 +144,14 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
     println!(
         "what held the striped transfers back: chunks sent again / gateways taken out of use \
          (each summed over the runs and the transfers) / longest stall of any; rto: the \
-         testbed's kernels' TCP retransmission timeouts meanwhile, summed:"
+         testbed's kernels' TCP retransmission timeouts meanwhile, summed; machine: the \
+         latest a sleep of {} ms woke during any run / the processor time the host took \
+         meanwhile (steal), summed over the runs and this machine's processors, ms:",
+        crate::stalls::PERIOD.as_millis()
     );
     println!(
-        "{:>8} {:>24} {:>6} {:>24} {:>6}",
-        "gateways", "one transfer", "rto", "8 transfers", "rto"
+        "{:>8} {:>24} {:>6} {:>16} {:>24} {:>6} {:>16}",
+        "gateways", "one transfer", "rto", "machine", "8 transfers", "rto", "machine"
     );
     for r in rows {
         let h = |h: &Held| {
@@ -118,13 +161,28 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
             )
         };
         println!(
-            "{:>8} {:>24} {:>6} {:>24} {:>6}",
+            "{:>8} {:>24} {:>6} {:>16} {:>24} {:>6} {:>16}",
             r.gateways,
             h(&r.held[0]),
             r.held[0].tcp_timeouts,
+            r.held[0].machine.terse(),
             h(&r.held[1]),
-            r.held[1].tcp_timeouts
+            r.held[1].tcp_timeouts,
+            r.held[1].machine.terse(),
         );
+    }
+    let low = dips(rows, one, DIP);
+    if low.is_empty() {
+        println!("no striped run fell below {DIP} of N x one");
+    } else {
+        println!(
+            "the striped runs below {DIP} of N x one, and the machine meanwhile (while the host \
+             holds one of its processors, whatever runs there waits: a gateway, a relay, the \
+             sink or a transfer):"
+        );
+        for d in low {
+            println!("  {d}");
+        }
     }
     println!("cp of the same file through the lane, MB/s and / (N x one):");
     let cols = &CP_COLUMNS;
@@ -176,6 +234,19 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         );
     }
     println!(
+        "the machine during each copy: the latest a sleep of {} ms woke / the processor time \
+         the host took, ms:",
+        crate::stalls::PERIOD.as_millis()
+    );
+    header();
+    for r in rows {
+        let m: Vec<String> = r.cp_machine.iter().map(|m| m.terse()).collect();
+        println!(
+            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            r.gateways, m[0], m[1], m[2], m[3], m[4], m[5]
+        );
+    }
+    println!(
         "one: macrolink's striped figure through one gateway (the median run). macrolink: one \
          striped transfer over every gateway, and 8 at once; kernel ECMP: iperf3 with 1 and with 8 flows (blocking \
          sockets), hashed over the same links; cp: macrolink cp, one file with its default 2 \
@@ -210,4 +281,61 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         fs_type(&files),
         macrolink_files::uncached::HEAD >> 20,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateways::held::Held;
+    use crate::stalls::Stalled;
+
+    #[test]
+    fn a_run_below_the_mark_is_listed_with_what_the_machine_did() {
+        let run = |mb_per_s: f64, steal: Option<f64>, failovers: u64| Run {
+            mb_per_s,
+            held: Held {
+                failovers,
+                longest_stall_ms: 700.0,
+                machine: Stalled {
+                    late_ms: 272.4,
+                    steal_ms: steal,
+                },
+                ..Held::default()
+            },
+        };
+        let rows = [
+            Row {
+                gateways: 1,
+                macrolink_runs: vec![run(100.0, Some(0.0), 0)],
+                macrolink_8_flows_runs: vec![run(94.0, None, 0)],
+                ..Row::default()
+            },
+            Row {
+                gateways: 2,
+                macrolink_runs: vec![run(200.0, Some(0.0), 0), run(190.0, Some(0.0), 0)],
+                macrolink_8_flows_runs: vec![run(199.0, Some(0.0), 0), run(112.0, Some(840.0), 2)],
+                ..Row::default()
+            },
+        ];
+        let low = dips(&rows, 100.0, 0.95);
+        assert_eq!(low.len(), 2, "{low:#?}");
+        assert!(
+            low[0].starts_with("1 gateway(s), 8 transfers, run 1: 0.94;"),
+            "{}",
+            low[0]
+        );
+        assert!(
+            low[0].contains("the host took n.a. of processor time"),
+            "{}",
+            low[0]
+        );
+        assert_eq!(
+            low[1],
+            "2 gateway(s), 8 transfers, run 2: 0.56; 0 chunks sent again, 2 gateways taken \
+             out of use, longest stall 700 ms; the host took 840 ms of processor time, a \
+             sleep woke 272 ms late"
+        );
+        // A run at the mark is not below it.
+        assert_eq!(dips(&rows, 100.0, 0.94), low[1..]);
+    }
 }
