@@ -145,7 +145,7 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         "what held the striped transfers back: chunks sent again / gateways taken out of use \
          (each summed over the runs and the transfers) / longest stall of any; rto: the \
          testbed's kernels' TCP retransmission timeouts meanwhile, summed; machine: the \
-         latest a sleep of {} ms woke during any run / the processor time the host took \
+         latest a sleep of {} ms on any processor woke during any run / the processor time the host took \
          meanwhile (steal), summed over the runs and this machine's processors, ms:",
         crate::stalls::PERIOD.as_millis()
     );
@@ -234,7 +234,7 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         );
     }
     println!(
-        "the machine during each copy: the latest a sleep of {} ms woke / the processor time \
+        "the machine during each copy: the latest a sleep of {} ms on any processor woke / the processor time \
          the host took, ms:",
         crate::stalls::PERIOD.as_millis()
     );
