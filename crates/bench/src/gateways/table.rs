@@ -83,7 +83,7 @@ fn dips(rows: &[Row], one: f64, below: f64) -> Vec<String> {
                     .steal_ms
                     .map_or("n.a.".to_string(), |s| format!("{s:.0} ms"));
                 out.push(format!(
-                    "{} gateway(s), {kind}, run {}: {share:.2}; {} chunks sent again, {} \
+                    "{} gateway(s), {kind}, run {}: {share:.3}; {} chunks sent again, {} \
                      gateways taken out of use, longest stall {:.0} ms; the host took {steal} \
                      of processor time, a sleep woke {:.0} ms late",
                     r.gateways,
@@ -320,7 +320,7 @@ mod tests {
         let low = dips(&rows, 100.0, 0.95);
         assert_eq!(low.len(), 2, "{low:#?}");
         assert!(
-            low[0].starts_with("1 gateway(s), 8 transfers, run 1: 0.94;"),
+            low[0].starts_with("1 gateway(s), 8 transfers, run 1: 0.940;"),
             "{}",
             low[0]
         );
@@ -331,7 +331,7 @@ mod tests {
         );
         assert_eq!(
             low[1],
-            "2 gateway(s), 8 transfers, run 2: 0.56; 0 chunks sent again, 2 gateways taken \
+            "2 gateway(s), 8 transfers, run 2: 0.560; 0 chunks sent again, 2 gateways taken \
              out of use, longest stall 700 ms; the host took 840 ms of processor time, a \
              sleep woke 272 ms late"
         );
