@@ -17,7 +17,7 @@ mod lane;
 mod striped;
 mod table;
 
-use held::{median_rate, watched};
+use held::{median_rate, timeouts_over, Beside};
 pub use held::{Held, Run};
 pub use lane::{files_through, LaneCopy};
 pub use striped::{send_config, striped, Fault, Striped};
@@ -158,10 +158,15 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         // moves with it, the median of a few much less.
         let (mut one_flow, mut eight) = (Vec::new(), Vec::new());
         for _ in 0..a.runs.max(1) {
-            let (r, k) = watched(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 1))?;
-            one_flow.push(Run::of(&r.report, k));
-            let (r, k) = watched(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, 8))?;
-            eight.push(Run::of(&r.report, k));
+            for (flows, runs) in [(1, &mut one_flow), (8, &mut eight)] {
+                let (r, tcp_timeouts) =
+                    timeouts_over(&tb, || striped(&exe, &tb, n, &payload, &cfg, None, flows))?;
+                let beside = Beside {
+                    tcp_timeouts,
+                    machine: r.machine,
+                };
+                runs.push(Run::of(&r.report, beside));
+            }
         }
         let (mbs, many) = (median_rate(&one_flow), median_rate(&eight));
         if n == 1 {

@@ -14,8 +14,9 @@ use crate::stalls::{Probe, Stalled};
 /// lost counts once for each transfer that took it out of use); the stall
 /// is the longest of any. Beside them, the retransmission timeouts the
 /// testbed's kernels had meanwhile, summed: a stall with none is not the
-/// kernel's loss recovery; and what the machine did: a stall as long as a
-/// sleep's lateness was the machine's, not the transfer's.
+/// kernel's loss recovery; and what a probe saw of the machine during the
+/// transfers: a processor held from the machine holds up whatever was to
+/// run on it.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Held {
     /// Chunks sent again.
@@ -26,14 +27,14 @@ pub struct Held {
     pub longest_stall_ms: f64,
     /// Retransmission timeouts of the testbed's kernels during the runs.
     pub tcp_timeouts: u64,
-    /// The machine during the runs: the latest a sleeping probe woke, the
+    /// The machine during the runs: the most a probe's sleep overran, the
     /// processor time the host took.
     pub machine: Stalled,
 }
 
 /// What went on beside a run.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Beside {
+pub(super) struct Beside {
     /// Retransmission timeouts of the testbed's kernels.
     pub tcp_timeouts: u64,
     /// What a probe saw of the machine.
@@ -52,15 +53,20 @@ impl Held {
         }
     }
 
-    /// What held `runs` back together: counts summed, the longest stall.
+    /// What held `runs` back together: counts summed, the longest stall,
+    /// the machine over all.
     pub(super) fn over(runs: &[Run]) -> Held {
-        runs.iter().fold(Held::default(), |a, r| Held {
+        let held = runs.iter().fold(Held::default(), |a, r| Held {
             resent: a.resent + r.held.resent,
             failovers: a.failovers + r.held.failovers,
             longest_stall_ms: a.longest_stall_ms.max(r.held.longest_stall_ms),
             tcp_timeouts: a.tcp_timeouts + r.held.tcp_timeouts,
-            machine: a.machine.and(r.held.machine),
-        })
+            machine: Stalled::default(),
+        });
+        Held {
+            machine: Stalled::over(runs.iter().map(|r| r.held.machine)),
+            ..held
+        }
     }
 }
 
@@ -93,6 +99,17 @@ pub(super) fn median_rate(runs: &[Run]) -> f64 {
     crate::stats::median(runs.iter().map(|r| r.mb_per_s).collect()).unwrap_or(0.0)
 }
 
+/// Runs `f`; what it returned, and the retransmission timeouts the
+/// testbed's kernels had meanwhile.
+pub(super) fn timeouts_over<T>(
+    tb: &Testbed,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, u64)> {
+    let before = tb.tcp_timeouts()?;
+    let t = f()?;
+    Ok((t, tb.tcp_timeouts()?.saturating_sub(before)))
+}
+
 /// Runs `f`; what it returned, and what went on beside it: the
 /// retransmission timeouts the testbed's kernels had and what a probe saw
 /// of the machine.
@@ -100,16 +117,13 @@ pub(super) fn watched<T>(
     tb: &Testbed,
     f: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, Beside)> {
-    let before = tb.tcp_timeouts()?;
     let probe = Probe::start()?;
-    let t = f()?;
-    let machine = probe.finish();
-    let tcp_timeouts = tb.tcp_timeouts()?.saturating_sub(before);
+    let (t, tcp_timeouts) = timeouts_over(tb, f)?;
     Ok((
         t,
         Beside {
             tcp_timeouts,
-            machine,
+            machine: probe.finish(),
         },
     ))
 }

@@ -11,6 +11,8 @@ use macrolink_testbed::Peer;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use crate::stalls::{Probe, Stalled};
+
 /// Something to break once a share of the transfer is acknowledged.
 #[derive(Clone, Debug)]
 pub enum Fault {
@@ -52,6 +54,9 @@ pub struct Striped {
     pub report: SendReport,
     /// When the fault struck ([`clock_ns`]; 0: none did).
     pub struck: u64,
+    /// What a probe saw of the machine while the flows ran (the time
+    /// their rate is over).
+    pub machine: Stalled,
 }
 
 impl Striped {
@@ -108,6 +113,7 @@ pub fn striped(
             let share = payload.len() / flows.max(1);
             // Flows together: from before the first starts to after the
             // last has its verdict.
+            let probe = Probe::start()?;
             let wall = std::time::Instant::now();
             let reports: Vec<anyhow::Result<SendReport>> = std::thread::scope(|fs| {
                 let handles: Vec<_> = (0..flows.max(1))
@@ -184,9 +190,11 @@ pub fn striped(
                     })
                     .collect()
             });
+            let secs = wall.elapsed().as_secs_f64();
+            let machine = probe.finish();
             let mut all = SendReport {
                 verified: true,
-                secs: wall.elapsed().as_secs_f64(),
+                secs,
                 ..SendReport::default()
             };
             for r in reports {
@@ -208,6 +216,7 @@ pub fn striped(
             Ok(Striped {
                 report: all,
                 struck: struck.load(Ordering::Relaxed),
+                machine,
             })
         })
         .join()

@@ -83,9 +83,10 @@ fn dips(rows: &[Row], one: f64, below: f64) -> Vec<String> {
                     .steal_ms
                     .map_or("n.a.".to_string(), |s| format!("{s:.0} ms"));
                 out.push(format!(
-                    "{} gateway(s), {kind}, run {}: {share:.3}; {} chunks sent again, {} \
-                     gateways taken out of use, longest stall {:.0} ms; the host took {steal} \
-                     of processor time, a sleep woke {:.0} ms late",
+                    "{} gateway(s), {kind}, run {}: {share:.3}; {} chunks sent again, a \
+                     gateway taken out of use {} times, longest stall {:.0} ms; the host took \
+                     {steal} of processor time (summed over the processors), a 10 ms sleep \
+                     overran by {:.0} ms",
                     r.gateways,
                     i + 1,
                     h.resent,
@@ -145,7 +146,7 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         "what held the striped transfers back: chunks sent again / gateways taken out of use \
          (each summed over the runs and the transfers) / longest stall of any; rto: the \
          testbed's kernels' TCP retransmission timeouts meanwhile, summed; machine: the \
-         latest a sleep of {} ms on any processor woke during any run / the processor time the host took \
+         most a sleep of {} ms on any processor overran during any run / the processor time the host took \
          meanwhile (steal), summed over the runs and this machine's processors, ms:",
         crate::stalls::PERIOD.as_millis()
     );
@@ -176,9 +177,9 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         println!("no striped run fell below {DIP} of N x one");
     } else {
         println!(
-            "the striped runs below {DIP} of N x one, and the machine meanwhile (while the host \
-             holds one of its processors, whatever runs there waits: a gateway, a relay, the \
-             sink or a transfer):"
+            "the striped runs below {DIP} of N x one, and what the machine did while they ran \
+             (while the host holds one of its processors, whatever the machine has to run there \
+             waits: a gateway, a relay, the sink or a transfer):"
         );
         for d in low {
             println!("  {d}");
@@ -234,15 +235,19 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         );
     }
     println!(
-        "the machine during each copy: the latest a sleep of {} ms on any processor woke / the processor time \
-         the host took, ms:",
+        "the machine during each copy (its command, start to end): the most a sleep of {} ms \
+         on any processor overran / the processor time the host took, summed over the \
+         processors, ms:",
         crate::stalls::PERIOD.as_millis()
     );
-    header();
+    println!(
+        "{:>8} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}",
+        "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
+    );
     for r in rows {
         let m: Vec<String> = r.cp_machine.iter().map(|m| m.terse()).collect();
         println!(
-            "{:>8} {:>18} {:>18} {:>13} {:>13} {:>13} {:>14}",
+            "{:>8} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}",
             r.gateways, m[0], m[1], m[2], m[3], m[4], m[5]
         );
     }
@@ -331,9 +336,9 @@ mod tests {
         );
         assert_eq!(
             low[1],
-            "2 gateway(s), 8 transfers, run 2: 0.560; 0 chunks sent again, 2 gateways taken \
-             out of use, longest stall 700 ms; the host took 840 ms of processor time, a \
-             sleep woke 272 ms late"
+            "2 gateway(s), 8 transfers, run 2: 0.560; 0 chunks sent again, a gateway taken \
+             out of use 2 times, longest stall 700 ms; the host took 840 ms of processor time \
+             (summed over the processors), a 10 ms sleep overran by 272 ms"
         );
         // A run at the mark is not below it.
         assert_eq!(dips(&rows, 100.0, 0.94), low[1..]);
