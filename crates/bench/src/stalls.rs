@@ -14,7 +14,8 @@
 //! link, and may be taken for one. A [`Probe`] runs beside the run: on
 //! each processor a thread kept to it, at the lowest real-time priority
 //! where it may have one, sleeps [`PERIOD`] at a time and keeps the most
-//! any sleep overran; and the processor time the host gave to others
+//! any sleep overran and the most its overruns add up to in any second;
+//! and the processor time the host gave to others
 //! meanwhile (steal, where the hypervisor reports it to the kernel). A
 //! real-time thread preempts the machine's own work at once, so an
 //! overrun of more than a few milliseconds is a processor the host held
@@ -24,6 +25,7 @@
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,11 +34,19 @@ use std::time::{Duration, Instant};
 /// How long the probe sleeps at a time.
 pub const PERIOD: Duration = Duration::from_millis(10);
 
+/// The span over which a processor's overruns are summed.
+pub const WINDOW: Duration = Duration::from_secs(1);
+
 /// What a probe saw of the machine during a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Stalled {
     /// The most any sleep of [`PERIOD`] overran, on any processor, ms.
     pub late_ms: f64,
+    /// The most of any one second ([`WINDOW`]) that one processor was
+    /// held: its sleeps' overruns that ended within that second, summed,
+    /// ms. A host that gives a processor back for a moment now and then
+    /// holds it for long in short pieces, which one overrun misses.
+    pub held_ms: f64,
     /// Processor time the host gave to others meanwhile, summed over this
     /// machine's processors, ms (the kernel counts it in ticks, 10 ms on
     /// the machines here); `None` where it is not counted or could not
@@ -50,6 +60,7 @@ impl Stalled {
     pub fn and(self, other: Stalled) -> Stalled {
         Stalled {
             late_ms: self.late_ms.max(other.late_ms),
+            held_ms: self.held_ms.max(other.held_ms),
             steal_ms: self.steal_ms.zip(other.steal_ms).map(|(a, b)| a + b),
         }
     }
@@ -59,12 +70,12 @@ impl Stalled {
         runs.into_iter().reduce(Stalled::and).unwrap_or_default()
     }
 
-    /// `late / steal ms` (steal `n.a.` where not counted).
+    /// `late / held / steal ms` (steal `n.a.` where not counted).
     pub fn terse(&self) -> String {
         let steal = self
             .steal_ms
             .map_or("n.a.".to_string(), |s| format!("{s:.0}"));
-        format!("{:.0} / {steal} ms", self.late_ms)
+        format!("{:.0} / {:.0} / {steal} ms", self.late_ms, self.held_ms)
     }
 }
 
@@ -79,7 +90,7 @@ impl Stalled {
 #[derive(Debug)]
 pub struct Probe {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<Duration>>,
+    threads: Vec<JoinHandle<Overruns>>,
     steal: Option<u64>,
 }
 
@@ -129,9 +140,10 @@ impl Probe {
 
     /// Stops the probe and says what it saw.
     pub fn finish(mut self) -> Stalled {
-        let late = self.halt();
+        let seen = self.halt();
         Stalled {
-            late_ms: late.as_secs_f64() * 1e3,
+            late_ms: seen.late.as_secs_f64() * 1e3,
+            held_ms: seen.worst.as_secs_f64() * 1e3,
             steal_ms: self
                 .steal
                 .zip(steal_ms())
@@ -139,8 +151,9 @@ impl Probe {
         }
     }
 
-    /// Stops the threads; the most any overran.
-    fn halt(&mut self) -> Duration {
+    /// Stops the threads; the most any overran, and the most any
+    /// processor was held in a second.
+    fn halt(&mut self) -> Overruns {
         self.stop.store(true, Ordering::Relaxed);
         for t in &self.threads {
             t.thread().unpark();
@@ -148,8 +161,11 @@ impl Probe {
         self.threads
             .drain(..)
             .map(|t| t.join().unwrap_or_default())
-            .max()
-            .unwrap_or_default()
+            .fold(Overruns::default(), |a, b| Overruns {
+                late: a.late.max(b.late),
+                worst: a.worst.max(b.worst),
+                ..Overruns::default()
+            })
     }
 }
 
@@ -173,14 +189,51 @@ fn lowest_real_time() -> std::io::Result<()> {
     }
 }
 
-/// Sleeps with `sleep` (which returns how long it slept, meant to be
-/// [`PERIOD`]) until `stop` says so; the most any sleep overran.
-fn watch(mut sleep: impl FnMut() -> Duration, stop: impl Fn() -> bool) -> Duration {
-    let mut late = Duration::ZERO;
-    while !stop() {
-        late = late.max(sleep().saturating_sub(PERIOD));
+/// What one processor's probe saw: its sleeps' overruns.
+#[derive(Debug, Default)]
+struct Overruns {
+    /// The most any overran.
+    late: Duration,
+    /// The most that overran within one [`WINDOW`] (at most a window).
+    worst: Duration,
+    /// Time since the first sleep began, as the sleeps tell it.
+    now: Duration,
+    /// The overruns that ended within the last window: when each ended,
+    /// and by how much; at most a window's sleeps.
+    recent: VecDeque<(Duration, Duration)>,
+    /// Their sum.
+    sum: Duration,
+}
+
+impl Overruns {
+    /// A sleep of [`PERIOD`] took `slept`.
+    fn note(&mut self, slept: Duration) {
+        self.now += slept;
+        let over = slept.saturating_sub(PERIOD);
+        self.late = self.late.max(over);
+        if !over.is_zero() {
+            self.recent.push_back((self.now, over));
+            self.sum += over;
+        }
+        while let Some(&(at, o)) = self.recent.front() {
+            if at + WINDOW > self.now {
+                break;
+            }
+            self.recent.pop_front();
+            self.sum -= o;
+        }
+        self.worst = self.worst.max(self.sum.min(WINDOW));
     }
-    late
+}
+
+/// Sleeps with `sleep` (which returns how long it slept, meant to be
+/// [`PERIOD`]) until `stop` says so; what the sleeps' overruns were.
+fn watch(mut sleep: impl FnMut() -> Duration, stop: impl Fn() -> bool) -> Overruns {
+    let mut seen = Overruns::default();
+    while !stop() {
+        seen.note(sleep());
+    }
+    seen
 }
 
 /// The processor time the host gave to others since boot, summed over
@@ -209,28 +262,65 @@ mod tests {
             },
             || n.get() == slept.len(),
         );
-        assert_eq!(late, Duration::from_millis(300));
+        assert_eq!(late.late, Duration::from_millis(300));
+        assert_eq!(late.worst, Duration::from_millis(303));
         assert_eq!(n.get(), 4);
         // Stopped before its first sleep, it saw nothing.
-        assert_eq!(watch(|| unreachable!(), || true), Duration::ZERO);
+        let none = watch(|| unreachable!(), || true);
+        assert_eq!((none.late, none.worst), (Duration::ZERO, Duration::ZERO));
+    }
+
+    /// Feeds `slept` (ms) to a processor's record.
+    fn overruns(slept: impl IntoIterator<Item = u64>) -> Overruns {
+        let mut o = Overruns::default();
+        for ms in slept {
+            o.note(Duration::from_millis(ms));
+        }
+        o
+    }
+
+    #[test]
+    fn a_processor_held_in_short_pieces_shows_as_the_most_of_a_second_held() {
+        // Twenty sleeps that each overran by 50 ms, then a quiet 1.5 s:
+        // never more than 50 ms at once, but 17 of them (850 ms) within
+        // one second.
+        let o = overruns(std::iter::repeat_n(60, 20).chain(std::iter::repeat_n(10, 150)));
+        assert_eq!(o.late, Duration::from_millis(50));
+        assert_eq!(o.worst, Duration::from_millis(850));
+        // The window forgets what ended a second ago.
+        assert!(o.recent.is_empty() && o.sum.is_zero(), "{o:?}");
+        // Two holds of 300 ms two seconds apart are 300 ms in a second,
+        // not 600.
+        let apart = overruns(
+            std::iter::once(310)
+                .chain(std::iter::repeat_n(10, 200))
+                .chain(std::iter::once(310)),
+        );
+        assert_eq!(apart.worst, Duration::from_millis(300));
+        // One hold of 1.5 s is all of a second.
+        assert_eq!(overruns([1510]).worst, WINDOW);
     }
 
     #[test]
     fn runs_together_keep_the_latest_overrun_and_the_steal_of_all_or_none() {
         let a = Stalled {
             late_ms: 12.0,
+            held_ms: 400.0,
             steal_ms: Some(5.0),
         };
         let b = Stalled {
             late_ms: 368.0,
+            held_ms: 368.0,
             steal_ms: Some(120.0),
         };
         let uncounted = Stalled {
             late_ms: 1.0,
+            held_ms: 1.0,
             steal_ms: None,
         };
         let both = Stalled {
             late_ms: 368.0,
+            held_ms: 400.0,
             steal_ms: Some(125.0),
         };
         assert_eq!(a.and(b), both);
@@ -239,8 +329,8 @@ mod tests {
         assert_eq!(Stalled::over([a, uncounted, b]).steal_ms, None);
         assert_eq!(Stalled::over([a, uncounted, b]).late_ms, 368.0);
         assert_eq!(Stalled::over([]), Stalled::default());
-        assert_eq!(both.terse(), "368 / 125 ms");
-        assert_eq!(uncounted.terse(), "1 / n.a. ms");
+        assert_eq!(both.terse(), "368 / 400 / 125 ms");
+        assert_eq!(uncounted.terse(), "1 / 1 / n.a. ms");
     }
 
     /// Holds one processor from the probe for `HOLD` with a real-time
@@ -274,8 +364,9 @@ mod tests {
         .join()
         .unwrap();
         let s = p.finish();
+        let half = HOLD.as_secs_f64() * 1e3 / 2.0;
         assert!(
-            s.late_ms >= HOLD.as_secs_f64() * 1e3 / 2.0,
+            s.late_ms >= half && s.held_ms >= half,
             "a {HOLD:?} hold shows as {s:?}"
         );
         // Linux has counted steal in /proc/stat since 2.6.11.

@@ -145,6 +145,7 @@ mod tests {
             };
             let machine = Stalled {
                 late_ms: stall * 1e3 - 10.0,
+                held_ms: stall * 1e3,
                 steal_ms: Some(tcp_timeouts as f64),
             };
             Run::of(
@@ -174,6 +175,7 @@ mod tests {
         assert_eq!(h.longest_stall_ms, 400.0);
         // The machine: the latest wake-up of any run, the steal of all.
         assert_eq!(h.machine.late_ms, 390.0);
+        assert_eq!(h.machine.held_ms, 400.0);
         assert_eq!(h.machine.steal_ms, Some(4.0));
         // Of two, the mean of both; of none, nothing.
         assert_eq!(median_rate(&runs[..2]), 250.0);

@@ -85,14 +85,15 @@ fn dips(rows: &[Row], one: f64, below: f64) -> Vec<String> {
                 out.push(format!(
                     "{} gateway(s), {kind}, run {}: {share:.3}; {} chunks sent again, a \
                      gateway taken out of use {} times, longest stall {:.0} ms; the host took \
-                     {steal} of processor time (summed over the processors), a 10 ms sleep \
-                     overran by {:.0} ms",
+                     {steal} of processor time (summed over the processors); a 10 ms sleep \
+                     overran by up to {:.0} ms, and one processor was held {:.0} ms of a second",
                     r.gateways,
                     i + 1,
                     h.resent,
                     h.failovers,
                     h.longest_stall_ms,
                     m.late_ms,
+                    m.held_ms,
                 ));
             }
         }
@@ -146,12 +147,13 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
         "what held the striped transfers back: chunks sent again / gateways taken out of use \
          (each summed over the runs and the transfers) / longest stall of any; rto: the \
          testbed's kernels' TCP retransmission timeouts meanwhile, summed; machine: the \
-         most a sleep of {} ms on any processor overran during any run / the processor time the host took \
-         meanwhile (steal), summed over the runs and this machine's processors, ms:",
+         most a sleep of {} ms on any processor overran during any run / the most of one \
+         second one processor was held (its sleeps' overruns summed) / the processor time the \
+         host took meanwhile (steal), summed over the runs and this machine's processors, ms:",
         crate::stalls::PERIOD.as_millis()
     );
     println!(
-        "{:>8} {:>24} {:>6} {:>16} {:>24} {:>6} {:>16}",
+        "{:>8} {:>24} {:>6} {:>22} {:>24} {:>6} {:>22}",
         "gateways", "one transfer", "rto", "machine", "8 transfers", "rto", "machine"
     );
     for r in rows {
@@ -162,7 +164,7 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
             )
         };
         println!(
-            "{:>8} {:>24} {:>6} {:>16} {:>24} {:>6} {:>16}",
+            "{:>8} {:>24} {:>6} {:>22} {:>24} {:>6} {:>22}",
             r.gateways,
             h(&r.held[0]),
             r.held[0].tcp_timeouts,
@@ -236,18 +238,18 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
     }
     println!(
         "the machine during each copy (its command, start to end): the most a sleep of {} ms \
-         on any processor overran / the processor time the host took, summed over the \
-         processors, ms:",
+         on any processor overran / the most of one second one processor was held / the \
+         processor time the host took, summed over the processors, ms:",
         crate::stalls::PERIOD.as_millis()
     );
     println!(
-        "{:>8} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}",
+        "{:>8} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20}",
         "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
     );
     for r in rows {
         let m: Vec<String> = r.cp_machine.iter().map(|m| m.terse()).collect();
         println!(
-            "{:>8} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}",
+            "{:>8} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20}",
             r.gateways, m[0], m[1], m[2], m[3], m[4], m[5]
         );
     }
@@ -302,7 +304,8 @@ mod tests {
                 failovers,
                 longest_stall_ms: 700.0,
                 machine: Stalled {
-                    late_ms: 272.4,
+                    late_ms: 63.4,
+                    held_ms: 530.2,
                     steal_ms: steal,
                 },
                 ..Held::default()
@@ -338,7 +341,8 @@ mod tests {
             low[1],
             "2 gateway(s), 8 transfers, run 2: 0.560; 0 chunks sent again, a gateway taken \
              out of use 2 times, longest stall 700 ms; the host took 840 ms of processor time \
-             (summed over the processors), a 10 ms sleep overran by 272 ms"
+             (summed over the processors); a 10 ms sleep overran by up to 63 ms, and one \
+             processor was held 530 ms of a second"
         );
         // A run at the mark is not below it.
         assert_eq!(dips(&rows, 100.0, 0.94), low[1..]);
