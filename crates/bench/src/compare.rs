@@ -18,7 +18,8 @@ mod alternate;
 mod chart;
 mod table;
 
-use alternate::{alternated, alternated_bw, median, peer_iters, spread, Lat, ALTERNATIONS};
+use alternate::{alternated, alternated_bw, median, peer_iters, Lat, Pairs, ALTERNATIONS};
+pub use alternate::{Host, Pair};
 
 pub use chart::png;
 pub use table::table;
@@ -67,6 +68,10 @@ pub struct Row {
     /// moved the ratio while the row ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs: Option<(f64, f64)>,
+    /// What the machine's host took during those runs, and the ratio of
+    /// the pairs it took nothing from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
     /// The target, as `target` says it.
     #[serde(skip)]
     goal: Goal,
@@ -80,9 +85,11 @@ impl Row {
         self
     }
 
-    /// Adds the spread of the ratios of runs made back to back.
-    fn pairs(mut self, pairs: Option<(f64, f64)>) -> Row {
-        self.pairs = pairs;
+    /// Adds the spread of the ratios of runs made back to back, and what
+    /// the host took during them.
+    fn pairs(mut self, pairs: Pairs) -> Row {
+        self.pairs = pairs.spread();
+        self.host = pairs.host();
         self
     }
 
@@ -153,6 +160,7 @@ fn row(
         theirs_p99: None,
         note: None,
         pairs: None,
+        host: None,
         goal,
     }
 }
@@ -514,30 +522,45 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
         let (mut ours_both, mut theirs_both) = (Vec::new(), Vec::new());
-        let (mut pairs_bw, mut pairs_both) = (Vec::new(), Vec::new());
+        let (mut pairs_bw, mut pairs_both) = (Pairs::default(), Pairs::default());
         for _ in 0..3 {
-            let r = bw(
-                &mut s,
-                Transport::Shm,
-                Mode::Reliable,
-                Completion::Wait,
-                size,
+            let before = pairs_bw.0.len();
+            let (r, f) = pairs_bw.run(
+                || {
+                    bw(
+                        &mut s,
+                        Transport::Shm,
+                        Mode::Reliable,
+                        Completion::Wait,
+                        size,
+                    )
+                },
+                |r| {
+                    has_ucx.then(|| {
+                        let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
+                        opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters))
+                    })?
+                },
+                |r, f| r.mb_per_s.map(|o| (o, f.mb_per_s)),
             )?;
             let both = r.cpu_initiator.zip(r.cpu_target).map(|(a, b)| a + b);
             ours.extend(r.mb_per_s);
             ours_cpu.extend(r.cpu_target);
             ours_both.extend(both);
-            if has_ucx {
-                let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
-                let f = opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters));
-                theirs.extend(f.map(|f| f.mb_per_s));
-                pairs_bw.extend(r.mb_per_s.zip(f.map(|f| f.mb_per_s)));
-                let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
-                theirs_cpu.extend(cpu);
-                let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
-                let theirs = cpu.zip(client).map(|(a, b)| a + b);
-                theirs_both.extend(theirs);
-                pairs_both.extend(both.zip(theirs));
+            theirs.extend(f.map(|f| f.mb_per_s));
+            let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
+            theirs_cpu.extend(cpu);
+            let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
+            let theirs_cpu_both = cpu.zip(client).map(|(a, b)| a + b);
+            theirs_both.extend(theirs_cpu_both);
+            // The pair these runs made, if they made one: the same steal
+            // beside their CPU.
+            if let (Some(o), Some(t), Some(p)) = (both, theirs_cpu_both, pairs_bw.0.get(before)) {
+                pairs_both.0.push(Pair {
+                    ours: o,
+                    theirs: t,
+                    ..*p
+                });
             }
         }
         let ours = median(ours);
@@ -551,7 +574,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 Goal::AtLeast(1.0),
             )
             .regimes(WAIT, "sleep")
-            .pairs(spread(pairs_bw)),
+            .pairs(pairs_bw),
         );
         let ours_cpu = median(ours_cpu);
         // UCX's receiver pulls a rendezvous message with its own
@@ -603,7 +626,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 Goal::AtMost(1.0),
             )
             .regimes(WAIT, "sleep")
-            .pairs(spread(pairs_both)),
+            .pairs(pairs_both),
         );
     }
 
@@ -805,7 +828,10 @@ mod tests {
             )
             .regimes(POLL, "busy poll")
             .p99(Some(5.5), Some(3.25))
-            .pairs(Some((1.75, 2.5))),
+            .pairs(Pairs::of(&[
+                (3.5, 2.0, Some(0.0), Some(0.0)),
+                (5.0, 2.0, Some(120.0), Some(0.0)),
+            ])),
             row(
                 "tcp reliable 1000000 B",
                 "MB/s",
@@ -832,17 +858,30 @@ mod tests {
             lines[0].contains("pairs") && lines[1].contains("1.75-2.50"),
             "{t}"
         );
+        // The host took 120 ms from our second run; the first pair alone
+        // was calm.
+        assert!(
+            lines[0].contains("host ms") && lines[1].contains("120/0"),
+            "{t}"
+        );
+        assert!(
+            lines[0].contains("calm") && lines[1].contains("1.75 (1)"),
+            "{t}"
+        );
+        assert!(t.contains("host ms: the processor time"), "{t}");
         assert!(
             lines[2].contains("wait / blocking") && lines[2].contains("n.a."),
             "{t}"
         );
         let j = serde_json::to_value(&rows[0]).unwrap();
+        assert_eq!(j["host"]["calm_pairs"], 1);
+        assert_eq!(j["host"]["pairs"][1]["host_ours_ms"], 120.0);
         assert_eq!(j["ours_regime"], "poll");
         assert_eq!(j["peer_regime"], "busy poll");
         assert_eq!(j["theirs_p99"], 3.25);
         assert_eq!(j["pairs"], serde_json::json!([1.75, 2.5]));
         let j = serde_json::to_value(&rows[1]).unwrap();
-        assert!(j.get("pairs").is_none(), "{j}");
+        assert!(j.get("pairs").is_none() && j.get("host").is_none(), "{j}");
     }
 
     #[test]

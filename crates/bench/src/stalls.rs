@@ -21,7 +21,9 @@
 //! overrun of more than a few milliseconds is a processor the host held
 //! (or the kernel kept from preemption); without real-time priority, it
 //! may also be the machine's own load. Each thread wakes a hundred times
-//! a second for a few microseconds.
+//! a second for a few microseconds. Where that would touch what is
+//! measured (a ping-pong's latency, a sleeping reader's processor time),
+//! a [`Steal`] reads the host's steal alone.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use serde::Serialize;
@@ -91,7 +93,7 @@ impl Stalled {
 pub struct Probe {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Overruns>>,
-    steal: Option<u64>,
+    steal: Steal,
 }
 
 impl Probe {
@@ -102,7 +104,7 @@ impl Probe {
         let mut probe = Probe {
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
-            steal: steal_ms(),
+            steal: Steal::start(),
         };
         for cpu in (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)) {
             let flag = probe.stop.clone();
@@ -144,10 +146,7 @@ impl Probe {
         Stalled {
             late_ms: seen.late.as_secs_f64() * 1e3,
             held_ms: seen.worst.as_secs_f64() * 1e3,
-            steal_ms: self
-                .steal
-                .zip(steal_ms())
-                .map(|(a, b)| b.saturating_sub(a) as f64),
+            steal_ms: self.steal.took_ms(),
         }
     }
 
@@ -234,6 +233,27 @@ fn watch(mut sleep: impl FnMut() -> Duration, stop: impl Fn() -> bool) -> Overru
         seen.note(sleep());
     }
     seen
+}
+
+/// The processor time the host gave to others from a start on, without
+/// a probe's threads: for runs whose own use of the processors is
+/// measured, or whose latency a thread waking beside them would touch.
+#[derive(Clone, Copy, Debug)]
+pub struct Steal(Option<u64>);
+
+impl Steal {
+    /// Reads the steal counted so far.
+    pub fn start() -> Steal {
+        Steal(steal_ms())
+    }
+
+    /// The steal counted since [`start`](Steal::start), summed over this
+    /// machine's processors, ms; `None` where it is not counted.
+    pub fn took_ms(&self) -> Option<f64> {
+        self.0
+            .zip(steal_ms())
+            .map(|(a, b)| b.saturating_sub(a) as f64)
+    }
 }
 
 /// The processor time the host gave to others since boot, summed over

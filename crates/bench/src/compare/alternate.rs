@@ -1,15 +1,22 @@
 //! Runs of our side and a peer's made one after the other, and what is
-//! kept of them: each side's median, and the spread of the ratios of the
-//! runs made back to back. One run moves with where the scheduler puts
-//! the processes and with whatever else the machine does in that second;
-//! alternated runs share both.
+//! kept of them: each side's median, the spread of the ratios of the
+//! runs made back to back, and the processor time the machine's host took
+//! during each run.
+//! One run moves with where the scheduler puts the processes and with
+//! whatever else the machine does in that second; alternated runs share
+//! both. A virtual machine's host also stops its processors now and then:
+//! a run it took time from is slower for that, and a pair of runs it took
+//! nothing from compares the two sides alone.
 //!
 //! ```text
 //!  ours ─► theirs ─► ours ─► theirs ─► ...   (5 latency, 3 bandwidth)
 //!   └ median of ours ┘  └ median of theirs ┘  └ lowest, highest ours/theirs ┘
+//!   steal ─►  steal ─►                          └ the ratio of the pairs with none ┘
 //! ```
 
+use crate::stalls::Steal;
 pub(super) use crate::stats::median;
+use serde::Serialize;
 
 /// Latency runs of each side behind one latency row, alternated.
 pub(super) const ALTERNATIONS: usize = 5;
@@ -30,6 +37,120 @@ impl From<crate::peers::Latency> for Lat {
     }
 }
 
+/// One run of ours and the peer's run right after it: each side's figure
+/// and the processor time the machine's host took during each (steal,
+/// summed over the processors, ms; `None` where it is not counted).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Pair {
+    pub ours: f64,
+    pub theirs: f64,
+    pub host_ours_ms: Option<f64>,
+    pub host_theirs_ms: Option<f64>,
+}
+
+impl Pair {
+    /// Whether the host was seen to take nothing during either run.
+    fn calm(&self) -> bool {
+        self.host_ours_ms == Some(0.0) && self.host_theirs_ms == Some(0.0)
+    }
+}
+
+/// What the host took during a row's pairs of runs, and the row's ratio
+/// over the pairs it took nothing from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Host {
+    /// Steal during our runs, summed, ms (`None` unless every one was
+    /// counted).
+    pub ours_ms: Option<f64>,
+    /// During the peer's.
+    pub theirs_ms: Option<f64>,
+    /// Pairs the host took nothing from.
+    pub calm_pairs: usize,
+    /// The median of ours over the median of theirs, of those pairs.
+    pub calm_ratio: Option<f64>,
+    /// Every pair.
+    pub pairs: Vec<Pair>,
+}
+
+/// The pairs of runs behind one row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Pairs(pub(super) Vec<Pair>);
+
+impl Pairs {
+    /// Runs `ours`, then `theirs` with our figure, each timed against the
+    /// host's steal; a pair where both gave a figure.
+    pub(super) fn run<O, T>(
+        &mut self,
+        ours: impl FnOnce() -> anyhow::Result<O>,
+        theirs: impl FnOnce(&O) -> Option<T>,
+        figure: impl Fn(&O, &T) -> Option<(f64, f64)>,
+    ) -> anyhow::Result<(O, Option<T>)> {
+        let s = Steal::start();
+        let o = ours()?;
+        let host_ours_ms = s.took_ms();
+        let s = Steal::start();
+        let t = theirs(&o);
+        let host_theirs_ms = s.took_ms();
+        if let Some((ours, theirs)) = t.as_ref().and_then(|t| figure(&o, t)) {
+            self.0.push(Pair {
+                ours,
+                theirs,
+                host_ours_ms,
+                host_theirs_ms,
+            });
+        }
+        Ok((o, t))
+    }
+
+    /// The lowest and the highest ours / theirs (`None` without a pair to
+    /// divide).
+    pub(super) fn spread(&self) -> Option<Spread> {
+        spread(self.0.iter().map(|p| (p.ours, p.theirs)))
+    }
+
+    /// What the host took during the pairs; `None` without a pair.
+    pub(super) fn host(&self) -> Option<Host> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let sum = |f: fn(&Pair) -> Option<f64>| {
+            self.0
+                .iter()
+                .map(f)
+                .try_fold(0.0, |acc, v| v.map(|v| acc + v))
+        };
+        let calm: Vec<&Pair> = self.0.iter().filter(|p| p.calm()).collect();
+        let calm_ratio = median(calm.iter().map(|p| p.ours).collect())
+            .zip(median(calm.iter().map(|p| p.theirs).collect()))
+            .filter(|&(_, b)| b > 0.0)
+            .map(|(a, b)| a / b);
+        Some(Host {
+            ours_ms: sum(|p| p.host_ours_ms),
+            theirs_ms: sum(|p| p.host_theirs_ms),
+            calm_pairs: calm.len(),
+            calm_ratio,
+            pairs: self.0.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+impl Pairs {
+    /// Pairs of these figures, each run's steal as given.
+    pub(super) fn of(runs: &[(f64, f64, Option<f64>, Option<f64>)]) -> Pairs {
+        Pairs(
+            runs.iter()
+                .map(|&(ours, theirs, host_ours_ms, host_theirs_ms)| Pair {
+                    ours,
+                    theirs,
+                    host_ours_ms,
+                    host_theirs_ms,
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Runs our side and the peer's [`ALTERNATIONS`] times each, one after
 /// the other, and keeps each side's median of medians and of 99th
 /// percentiles. One run moves with where the scheduler puts the processes
@@ -39,15 +160,16 @@ impl From<crate::peers::Latency> for Lat {
 pub(super) fn alternated(
     mut ours: impl FnMut() -> anyhow::Result<Lat>,
     mut theirs: Option<impl FnMut() -> Option<Lat>>,
-) -> anyhow::Result<(Lat, Option<Lat>, Option<Spread>)> {
-    let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+) -> anyhow::Result<(Lat, Option<Lat>, Pairs)> {
+    let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
     for _ in 0..ALTERNATIONS {
-        let o = ours()?;
+        let (o, t) = pairs.run(
+            &mut ours,
+            |_| theirs.as_mut().and_then(|f| f()),
+            |o, t| Some((o.median, t.median)),
+        )?;
         a.push(o);
-        if let Some(r) = theirs.as_mut().and_then(|f| f()) {
-            pairs.push((o.median, r.median));
-            b.push(r);
-        }
+        b.extend(t);
     }
     let side = |v: &[Lat]| {
         median(v.iter().map(|l| l.median).collect()).map(|m| Lat {
@@ -56,25 +178,23 @@ pub(super) fn alternated(
         })
     };
     let ours = side(&a).ok_or_else(|| anyhow::anyhow!("no latency run"))?;
-    Ok((ours, side(&b), spread(pairs)))
+    Ok((ours, side(&b), pairs))
 }
 
 /// Bandwidth runs of each side, three alternated: each side's median, and
-/// the spread of each run of ours over the peer's right after it. `theirs`
+/// the pairs of each run of ours and the peer's right after it. `theirs`
 /// is given our run's figure (a peer's run moves as many bytes).
 pub(super) fn alternated_bw(
     mut ours: impl FnMut() -> anyhow::Result<Option<f64>>,
     mut theirs: impl FnMut(Option<f64>) -> Option<f64>,
-) -> anyhow::Result<(Option<f64>, Option<f64>, Option<Spread>)> {
-    let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+) -> anyhow::Result<(Option<f64>, Option<f64>, Pairs)> {
+    let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
     for _ in 0..3 {
-        let o = ours()?;
-        let t = theirs(o);
+        let (o, t) = pairs.run(&mut ours, |&o| theirs(o), |o, &t| o.map(|o| (o, t)))?;
         a.extend(o);
         b.extend(t);
-        pairs.extend(o.zip(t));
     }
-    Ok((median(a), median(b), spread(pairs)))
+    Ok((median(a), median(b), pairs))
 }
 
 /// The lowest and the highest of some ratios.
@@ -82,7 +202,7 @@ pub(super) type Spread = (f64, f64);
 
 /// The lowest and the highest ours / theirs of runs made back to back
 /// (`None` without a pair to divide).
-pub(super) fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
+fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
     pairs
         .into_iter()
         .filter(|&(_, b)| b > 0.0)
@@ -138,7 +258,8 @@ mod tests {
         .unwrap();
         assert_eq!(order.into_inner(), ["o", "t", "o", "t", "o", "t"]);
         assert_eq!((a, b), (Some(20.0), Some(11.0)));
-        assert_eq!(pairs, Some((10.0 / 6.0, 30.0 / 16.0)));
+        assert_eq!(pairs.spread(), Some((10.0 / 6.0, 30.0 / 16.0)));
+        assert_eq!(pairs.0.len(), 2, "a missing figure is no pair");
         // A failure of ours ends the row.
         let e = alternated_bw(|| anyhow::bail!("no run"), |_| Some(1.0));
         assert!(e.is_err());
@@ -185,7 +306,7 @@ mod tests {
         );
         // Each of ours over the peer's run right after it: 3/5, 9/4, 1/7,
         // 2/6; the fifth has no pair.
-        assert_eq!(pairs, Some((1.0 / 7.0, 9.0 / 4.0)));
+        assert_eq!(pairs.spread(), Some((1.0 / 7.0, 9.0 / 4.0)));
         // No peer: our side alone.
         let none: Option<fn() -> Option<Lat>> = None;
         let (a, b, pairs) = alternated(
@@ -198,12 +319,75 @@ mod tests {
             none,
         )
         .unwrap();
-        assert_eq!((a.median, b, pairs), (1.0, None, None));
+        assert_eq!((a.median, b, pairs.spread()), (1.0, None, None));
+        assert_eq!(pairs.host(), None, "no pair, nothing to say of the host");
         assert_eq!(spread([(2.0, 0.0)]), None, "no ratio of a zero");
         assert_eq!(spread([(2.0, 4.0), (3.0, 0.0)]), Some((0.5, 0.5)));
         // Our run failing fails the row.
         let none: Option<fn() -> Option<Lat>> = None;
         assert!(alternated(|| Err(anyhow::anyhow!("gone")), none).is_err());
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn the_calm_ratio_is_of_the_pairs_the_host_took_nothing_from() {
+        let p = Pairs::of(&[
+            (1.0, 1.0, Some(0.0), Some(0.0)),
+            // The host took 300 ms from our run: slow, and not calm.
+            (3.0, 1.0, Some(300.0), Some(0.0)),
+            (1.2, 1.0, Some(0.0), Some(0.0)),
+            // ... from the peer's run.
+            (1.0, 2.0, Some(0.0), Some(20.0)),
+            (1.1, 1.0, Some(0.0), Some(0.0)),
+        ]);
+        let h = p.host().unwrap();
+        assert_eq!((h.ours_ms, h.theirs_ms), (Some(300.0), Some(20.0)));
+        assert_eq!(h.calm_pairs, 3);
+        // Medians of the three calm pairs: 1.1 over 1.0.
+        assert!((h.calm_ratio.unwrap() - 1.1).abs() < 1e-9, "{h:?}");
+        assert_eq!(h.pairs.len(), 5);
+        // All pairs' spread still counts the slow ones.
+        assert_eq!(p.spread(), Some((0.5, 3.0)));
+
+        // Steal not counted for one run: the sum is unknown, not short,
+        // and that pair is not calm.
+        let p = Pairs::of(&[
+            (1.0, 1.0, None, Some(0.0)),
+            (2.0, 1.0, Some(10.0), Some(0.0)),
+        ]);
+        let h = p.host().unwrap();
+        assert_eq!((h.ours_ms, h.theirs_ms), (None, Some(0.0)));
+        assert_eq!((h.calm_pairs, h.calm_ratio), (0, None));
+    }
+
+    #[test]
+    fn each_run_of_a_pair_is_timed_against_the_host_on_its_own() {
+        let mut p = Pairs::default();
+        let (o, t) = p
+            .run(|| Ok(5.0), |&o| Some(o * 2.0), |&o, &t| Some((o, t)))
+            .unwrap();
+        assert_eq!((o, t), (5.0, Some(10.0)));
+        // The peer's run is told ours; no figure of theirs, no pair.
+        let (_, t) = p
+            .run(|| Ok(1.0), |_| None::<f64>, |&o, &t| Some((o, t)))
+            .unwrap();
+        assert_eq!(t, None);
+        assert_eq!(p.0.len(), 1);
+        let q = p.0[0];
+        assert_eq!((q.ours, q.theirs), (5.0, 10.0));
+        // Linux counts steal in /proc/stat; runs this short took little.
+        assert!(q.host_ours_ms.is_some_and(|ms| ms < 1_000.0), "{q:?}");
+        assert!(q.host_theirs_ms.is_some(), "{q:?}");
+        // A failure of ours ends the row before the peer runs.
+        let ran = std::cell::Cell::new(false);
+        let e = p.run(
+            || anyhow::bail!("gone"),
+            |_: &f64| {
+                ran.set(true);
+                Some(1.0)
+            },
+            |&o, &t| Some((o, t)),
+        );
+        assert!(e.is_err() && !ran.get());
     }
 }

@@ -49,7 +49,10 @@ mod tests {
                 Goal::AtMost(1.0),
             )
             .regimes("poll", "busy poll")
-            .pairs(Some((1.1, 1.3))),
+            .pairs(super::super::Pairs::of(&[
+                (1.1, 1.0, None, None),
+                (1.3, 1.0, None, None),
+            ])),
             row("info", "%", Some(11.0), "floor", Some(9.0), Goal::Info),
             row(
                 "no peer",

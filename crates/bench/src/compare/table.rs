@@ -1,4 +1,9 @@
 //! `compare`'s rows as a table of text, notes below it.
+//!
+//! Beside each ratio made of alternated runs: the lowest and highest of
+//! its pairs, the processor time the machine's host took during our runs
+//! and the peer's (`host ms`), and the ratio of the pairs it took nothing
+//! from, with how many there were (`calm`).
 
 use super::Row;
 
@@ -7,7 +12,7 @@ use super::Row;
 /// its rows' target column.
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
+        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>8} {:>7} {:>4}\n",
         "figure",
         "unit",
         "regime ours / theirs",
@@ -18,6 +23,8 @@ pub fn table(rows: &[Row]) -> String {
         "their p99",
         "ratio",
         "pairs",
+        "host ms",
+        "calm",
         "target",
         "met"
     );
@@ -39,7 +46,7 @@ pub fn table(rows: &[Row]) -> String {
             None => r.target.clone(),
         };
         s += &format!(
-            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>7} {:>4}\n",
+            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>8} {:>7} {:>4}\n",
             r.figure,
             r.unit,
             format!("{} / {}", r.ours_regime, r.peer_regime),
@@ -51,6 +58,14 @@ pub fn table(rows: &[Row]) -> String {
             f(r.ratio),
             r.pairs
                 .map_or(String::new(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")),
+            r.host.as_ref().map_or(String::new(), |h| {
+                let ms = |v: Option<f64>| v.map_or("n.a.".into(), |v| format!("{v:.0}"));
+                format!("{}/{}", ms(h.ours_ms), ms(h.theirs_ms))
+            }),
+            r.host.as_ref().map_or(String::new(), |h| match h.calm_ratio {
+                Some(c) => format!("{c:.2} ({})", h.calm_pairs),
+                None => "- (0)".into(),
+            }),
             target,
             match r.met {
                 Some(true) => "yes",
@@ -59,8 +74,17 @@ pub fn table(rows: &[Row]) -> String {
             }
         );
     }
+    if rows.iter().any(|r| r.host.is_some()) {
+        s += HOST;
+    }
     for (k, n) in notes.iter().enumerate() {
         s += &format!("[{}] {n}\n", k + 1);
     }
     s
 }
+
+/// What the `host ms` and `calm` columns hold.
+const HOST: &str = "host ms: the processor time the machine's host gave to others (steal, \
+summed over this machine's processors, in the kernel's 10 ms ticks) during our runs / the \
+peer's, summed over the row's pairs; calm: ours / theirs over the pairs it took nothing from \
+during either run (how many), the medians of each side's runs. The verdict is on all pairs.\n";
