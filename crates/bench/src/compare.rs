@@ -524,8 +524,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let (mut ours_both, mut theirs_both) = (Vec::new(), Vec::new());
         let (mut pairs_bw, mut pairs_both) = (Pairs::default(), Pairs::default());
         for _ in 0..3 {
-            let before = pairs_bw.0.len();
-            let (r, f) = pairs_bw.run(
+            let (r, f, took) = pairs_bw.run(
                 || {
                     bw(
                         &mut s,
@@ -536,10 +535,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     )
                 },
                 |r| {
-                    has_ucx.then(|| {
-                        let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
-                        opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters))
-                    })?
+                    has_ucx
+                        .then(|| {
+                            let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
+                            opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters))
+                        })
+                        .flatten()
                 },
                 |r, f| r.mb_per_s.map(|o| (o, f.mb_per_s)),
             )?;
@@ -551,16 +552,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
             theirs_cpu.extend(cpu);
             let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
-            let theirs_cpu_both = cpu.zip(client).map(|(a, b)| a + b);
-            theirs_both.extend(theirs_cpu_both);
-            // The pair these runs made, if they made one: the same steal
-            // beside their CPU.
-            if let (Some(o), Some(t), Some(p)) = (both, theirs_cpu_both, pairs_bw.0.get(before)) {
-                pairs_both.0.push(Pair {
-                    ours: o,
-                    theirs: t,
-                    ..*p
-                });
+            let their_both = cpu.zip(client).map(|(a, b)| a + b);
+            theirs_both.extend(their_both);
+            if let Some((o, t)) = both.zip(their_both) {
+                pairs_both.push(o, t, took);
             }
         }
         let ours = median(ours);

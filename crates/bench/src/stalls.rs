@@ -21,9 +21,8 @@
 //! overrun of more than a few milliseconds is a processor the host held
 //! (or the kernel kept from preemption); without real-time priority, it
 //! may also be the machine's own load. Each thread wakes a hundred times
-//! a second for a few microseconds. Where that would touch what is
-//! measured (a ping-pong's latency, a sleeping reader's processor time),
-//! a [`Steal`] reads the host's steal alone.
+//! a second for a few microseconds; where that would touch what is
+//! measured, [`steal_ms`] read before and after says what the host took.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use serde::Serialize;
@@ -93,7 +92,7 @@ impl Stalled {
 pub struct Probe {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Overruns>>,
-    steal: Steal,
+    steal: Option<u64>,
 }
 
 impl Probe {
@@ -104,7 +103,7 @@ impl Probe {
         let mut probe = Probe {
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
-            steal: Steal::start(),
+            steal: steal_ms(),
         };
         for cpu in (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)) {
             let flag = probe.stop.clone();
@@ -146,7 +145,10 @@ impl Probe {
         Stalled {
             late_ms: seen.late.as_secs_f64() * 1e3,
             held_ms: seen.worst.as_secs_f64() * 1e3,
-            steal_ms: self.steal.took_ms(),
+            steal_ms: self
+                .steal
+                .zip(steal_ms())
+                .map(|(a, b)| b.saturating_sub(a) as f64),
         }
     }
 
@@ -235,30 +237,11 @@ fn watch(mut sleep: impl FnMut() -> Duration, stop: impl Fn() -> bool) -> Overru
     seen
 }
 
-/// The processor time the host gave to others from a start on, without
-/// a probe's threads: for runs whose own use of the processors is
-/// measured, or whose latency a thread waking beside them would touch.
-#[derive(Clone, Copy, Debug)]
-pub struct Steal(Option<u64>);
-
-impl Steal {
-    /// Reads the steal counted so far.
-    pub fn start() -> Steal {
-        Steal(steal_ms())
-    }
-
-    /// The steal counted since [`start`](Steal::start), summed over this
-    /// machine's processors, ms; `None` where it is not counted.
-    pub fn took_ms(&self) -> Option<f64> {
-        self.0
-            .zip(steal_ms())
-            .map(|(a, b)| b.saturating_sub(a) as f64)
-    }
-}
-
 /// The processor time the host gave to others since boot, summed over
-/// this machine's processors (`/proc/stat`), ms.
-fn steal_ms() -> Option<u64> {
+/// this machine's processors (`/proc/stat`), ms; `None` where it is not
+/// counted. Read before and after a run whose latency or processor time
+/// a probe's threads would touch, it says what the host took meanwhile.
+pub fn steal_ms() -> Option<u64> {
     use procfs::CurrentSI;
     procfs::KernelStats::current().ok()?.total.steal_ms()
 }

@@ -14,7 +14,6 @@
 //!   steal ─►  steal ─►                          └ the ratio of the pairs with none ┘
 //! ```
 
-use crate::stalls::Steal;
 pub(super) use crate::stats::median;
 use serde::Serialize;
 
@@ -55,14 +54,21 @@ impl Pair {
     }
 }
 
+/// What the host took during the two runs of a pair, ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Took {
+    ours: Option<f64>,
+    theirs: Option<f64>,
+}
+
 /// What the host took during a row's pairs of runs, and the row's ratio
 /// over the pairs it took nothing from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Host {
-    /// Steal during our runs, summed, ms (`None` unless every one was
-    /// counted).
+    /// Steal during our runs of the row's pairs, summed, ms (`None`
+    /// unless every one was counted).
     pub ours_ms: Option<f64>,
-    /// During the peer's.
+    /// During the peer's runs of those pairs.
     pub theirs_ms: Option<f64>,
     /// Pairs the host took nothing from.
     pub calm_pairs: usize,
@@ -72,54 +78,86 @@ pub struct Host {
     pub pairs: Vec<Pair>,
 }
 
-/// The pairs of runs behind one row.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct Pairs(pub(super) Vec<Pair>);
+/// The pairs of runs behind one row, and how the host's steal is read
+/// (cumulative, ms).
+#[derive(Clone, Debug)]
+pub(super) struct Pairs {
+    runs: Vec<Pair>,
+    steal: fn() -> Option<u64>,
+}
+
+impl Default for Pairs {
+    fn default() -> Pairs {
+        Pairs::reading(crate::stalls::steal_ms)
+    }
+}
 
 impl Pairs {
-    /// Runs `ours`, then `theirs` with our figure, each timed against the
-    /// host's steal; a pair where both gave a figure.
+    /// No pairs yet; the host's steal read by `steal`.
+    pub(super) fn reading(steal: fn() -> Option<u64>) -> Pairs {
+        Pairs {
+            runs: Vec::new(),
+            steal,
+        }
+    }
+
+    /// Runs `ours`, then `theirs` given our run's result, each timed
+    /// against the host's steal; a pair where `figure` finds both sides'
+    /// figures. Also says what the host took during each run.
     pub(super) fn run<O, T>(
         &mut self,
         ours: impl FnOnce() -> anyhow::Result<O>,
         theirs: impl FnOnce(&O) -> Option<T>,
         figure: impl Fn(&O, &T) -> Option<(f64, f64)>,
-    ) -> anyhow::Result<(O, Option<T>)> {
-        let s = Steal::start();
+    ) -> anyhow::Result<(O, Option<T>, Took)> {
+        let took = |since: Option<u64>| {
+            since
+                .zip((self.steal)())
+                .map(|(a, b)| b.saturating_sub(a) as f64)
+        };
+        let s = (self.steal)();
         let o = ours()?;
-        let host_ours_ms = s.took_ms();
-        let s = Steal::start();
+        let host_ours = took(s);
+        let s = (self.steal)();
         let t = theirs(&o);
-        let host_theirs_ms = s.took_ms();
+        let took = Took {
+            ours: host_ours,
+            theirs: took(s),
+        };
         if let Some((ours, theirs)) = t.as_ref().and_then(|t| figure(&o, t)) {
-            self.0.push(Pair {
-                ours,
-                theirs,
-                host_ours_ms,
-                host_theirs_ms,
-            });
+            self.push(ours, theirs, took);
         }
-        Ok((o, t))
+        Ok((o, t, took))
+    }
+
+    /// Adds a pair of figures of runs the host took `took` from.
+    pub(super) fn push(&mut self, ours: f64, theirs: f64, took: Took) {
+        self.runs.push(Pair {
+            ours,
+            theirs,
+            host_ours_ms: took.ours,
+            host_theirs_ms: took.theirs,
+        });
     }
 
     /// The lowest and the highest ours / theirs (`None` without a pair to
     /// divide).
     pub(super) fn spread(&self) -> Option<Spread> {
-        spread(self.0.iter().map(|p| (p.ours, p.theirs)))
+        spread(self.runs.iter().map(|p| (p.ours, p.theirs)))
     }
 
     /// What the host took during the pairs; `None` without a pair.
     pub(super) fn host(&self) -> Option<Host> {
-        if self.0.is_empty() {
+        if self.runs.is_empty() {
             return None;
         }
         let sum = |f: fn(&Pair) -> Option<f64>| {
-            self.0
+            self.runs
                 .iter()
                 .map(f)
                 .try_fold(0.0, |acc, v| v.map(|v| acc + v))
         };
-        let calm: Vec<&Pair> = self.0.iter().filter(|p| p.calm()).collect();
+        let calm: Vec<&Pair> = self.runs.iter().filter(|p| p.calm()).collect();
         let calm_ratio = median(calm.iter().map(|p| p.ours).collect())
             .zip(median(calm.iter().map(|p| p.theirs).collect()))
             .filter(|&(_, b)| b > 0.0)
@@ -129,7 +167,7 @@ impl Pairs {
             theirs_ms: sum(|p| p.host_theirs_ms),
             calm_pairs: calm.len(),
             calm_ratio,
-            pairs: self.0.clone(),
+            pairs: self.runs.clone(),
         })
     }
 }
@@ -138,16 +176,11 @@ impl Pairs {
 impl Pairs {
     /// Pairs of these figures, each run's steal as given.
     pub(super) fn of(runs: &[(f64, f64, Option<f64>, Option<f64>)]) -> Pairs {
-        Pairs(
-            runs.iter()
-                .map(|&(ours, theirs, host_ours_ms, host_theirs_ms)| Pair {
-                    ours,
-                    theirs,
-                    host_ours_ms,
-                    host_theirs_ms,
-                })
-                .collect(),
-        )
+        let mut p = Pairs::default();
+        for &(ours, theirs, o, t) in runs {
+            p.push(ours, theirs, Took { ours: o, theirs: t });
+        }
+        p
     }
 }
 
@@ -163,7 +196,7 @@ pub(super) fn alternated(
 ) -> anyhow::Result<(Lat, Option<Lat>, Pairs)> {
     let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
     for _ in 0..ALTERNATIONS {
-        let (o, t) = pairs.run(
+        let (o, t, _) = pairs.run(
             &mut ours,
             |_| theirs.as_mut().and_then(|f| f()),
             |o, t| Some((o.median, t.median)),
@@ -190,7 +223,7 @@ pub(super) fn alternated_bw(
 ) -> anyhow::Result<(Option<f64>, Option<f64>, Pairs)> {
     let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
     for _ in 0..3 {
-        let (o, t) = pairs.run(&mut ours, |&o| theirs(o), |o, &t| o.map(|o| (o, t)))?;
+        let (o, t, _) = pairs.run(&mut ours, |&o| theirs(o), |o, &t| o.map(|o| (o, t)))?;
         a.extend(o);
         b.extend(t);
     }
@@ -259,7 +292,7 @@ mod tests {
         assert_eq!(order.into_inner(), ["o", "t", "o", "t", "o", "t"]);
         assert_eq!((a, b), (Some(20.0), Some(11.0)));
         assert_eq!(pairs.spread(), Some((10.0 / 6.0, 30.0 / 16.0)));
-        assert_eq!(pairs.0.len(), 2, "a missing figure is no pair");
+        assert_eq!(pairs.runs.len(), 2, "a missing figure is no pair");
         // A failure of ours ends the row.
         let e = alternated_bw(|| anyhow::bail!("no run"), |_| Some(1.0));
         assert!(e.is_err());
@@ -360,24 +393,55 @@ mod tests {
         assert_eq!((h.calm_pairs, h.calm_ratio), (0, None));
     }
 
+    /// A host's steal counter for the test below, moved by its runs.
+    static STOLEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_000);
+
+    fn stolen() -> Option<u64> {
+        Some(STOLEN.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn steal(ms: u64) {
+        STOLEN.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
     #[test]
     fn each_run_of_a_pair_is_timed_against_the_host_on_its_own() {
-        let mut p = Pairs::default();
-        let (o, t) = p
-            .run(|| Ok(5.0), |&o| Some(o * 2.0), |&o, &t| Some((o, t)))
+        let mut p = Pairs::reading(stolen);
+        // The host takes 30 ms during ours, 7 during the peer's, and 100
+        // after the pair (no run's: the next pair reads it 0).
+        let (o, t, took) = p
+            .run(
+                || {
+                    steal(30);
+                    Ok(5.0)
+                },
+                |&o| {
+                    steal(7);
+                    Some(o * 2.0)
+                },
+                |&o, &t| Some((o, t)),
+            )
+            .map(|(o, t, took)| {
+                steal(100);
+                (o, t, took)
+            })
             .unwrap();
-        assert_eq!((o, t), (5.0, Some(10.0)));
-        // The peer's run is told ours; no figure of theirs, no pair.
-        let (_, t) = p
+        assert_eq!((o, t), (5.0, Some(10.0)), "the peer is told ours");
+        assert_eq!((took.ours, took.theirs), (Some(30.0), Some(7.0)));
+        // No figure of theirs: no pair, but what the host took is said.
+        let (_, t, took) = p
             .run(|| Ok(1.0), |_| None::<f64>, |&o, &t| Some((o, t)))
             .unwrap();
-        assert_eq!(t, None);
-        assert_eq!(p.0.len(), 1);
-        let q = p.0[0];
-        assert_eq!((q.ours, q.theirs), (5.0, 10.0));
-        // Linux counts steal in /proc/stat; runs this short took little.
-        assert!(q.host_ours_ms.is_some_and(|ms| ms < 1_000.0), "{q:?}");
-        assert!(q.host_theirs_ms.is_some(), "{q:?}");
+        assert_eq!((t, took.ours, took.theirs), (None, Some(0.0), Some(0.0)));
+        assert_eq!(
+            p.runs,
+            [Pair {
+                ours: 5.0,
+                theirs: 10.0,
+                host_ours_ms: Some(30.0),
+                host_theirs_ms: Some(7.0),
+            }]
+        );
         // A failure of ours ends the row before the peer runs.
         let ran = std::cell::Cell::new(false);
         let e = p.run(
@@ -389,5 +453,12 @@ mod tests {
             |&o, &t| Some((o, t)),
         );
         assert!(e.is_err() && !ran.get());
+        // Where steal is not counted, it is unknown, not none.
+        let mut p = Pairs::reading(|| None);
+        let (.., took) = p
+            .run(|| Ok(1.0), |_| Some(1.0), |&o, &t| Some((o, t)))
+            .unwrap();
+        assert_eq!(took, Took::default());
+        assert_eq!(p.host().unwrap().calm_pairs, 0);
     }
 }

@@ -12,7 +12,7 @@ use super::Row;
 /// its rows' target column.
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>8} {:>7} {:>4}\n",
+        "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>10} {:>7} {:>4}\n",
         "figure",
         "unit",
         "regime ours / theirs",
@@ -46,7 +46,7 @@ pub fn table(rows: &[Row]) -> String {
             None => r.target.clone(),
         };
         s += &format!(
-            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>8} {:>7} {:>4}\n",
+            "{:<46} {:>5} {:<26} {:>9} {:>9}  {:<42} {:>9} {:>9} {:>6} {:>9} {:>11} {:>10} {:>7} {:>4}\n",
             r.figure,
             r.unit,
             format!("{} / {}", r.ours_regime, r.peer_regime),
@@ -64,7 +64,7 @@ pub fn table(rows: &[Row]) -> String {
             }),
             r.host.as_ref().map_or(String::new(), |h| match h.calm_ratio {
                 Some(c) => format!("{c:.2} ({})", h.calm_pairs),
-                None => "- (0)".into(),
+                None => format!("- ({})", h.calm_pairs),
             }),
             target,
             match r.met {
