@@ -69,7 +69,7 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs: Option<(f64, f64)>,
     /// What the machine's host took during those runs, and the ratio of
-    /// the pairs it took nothing from.
+    /// the pairs it took (next to) nothing from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<Host>,
     /// The target, as `target` says it.

@@ -6,7 +6,7 @@
 //! whatever else the machine does in that second; alternated runs share
 //! both. A virtual machine's host also stops its processors now and then:
 //! a run it took time from is slower for that, and a pair of runs it took
-//! nothing from compares the two sides alone.
+//! (next to) nothing from compares the two sides alone.
 //!
 //! ```text
 //!  ours ─► theirs ─► ours ─► theirs ─► ...   (5 latency, 3 bandwidth)
@@ -16,6 +16,7 @@
 
 pub(super) use crate::stats::median;
 use serde::Serialize;
+use std::time::Instant;
 
 /// Latency runs of each side behind one latency row, alternated.
 pub(super) const ALTERNATIONS: usize = 5;
@@ -36,33 +37,46 @@ impl From<crate::peers::Latency> for Lat {
     }
 }
 
-/// One run of ours and the peer's run right after it: each side's figure
-/// and the processor time the machine's host took during each (steal,
-/// summed over the processors, ms; `None` where it is not counted).
+/// The most of a run's length the host may take, summed over the
+/// processors, for the run to count as calm: the kernel counts steal in
+/// 10 ms ticks, so a run of a second may lose one tick, one of two
+/// seconds two, a shorter one none.
+pub const CALM_SHARE: f64 = 0.01;
+
+/// One run of ours and the peer's run right after it: each side's figure,
+/// how long each run took (ms), and the processor time the machine's host
+/// took during each (steal, summed over the processors, ms; `None` where
+/// it is not counted).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Pair {
     pub ours: f64,
     pub theirs: f64,
+    pub ours_run_ms: f64,
+    pub theirs_run_ms: f64,
     pub host_ours_ms: Option<f64>,
     pub host_theirs_ms: Option<f64>,
 }
 
 impl Pair {
-    /// Whether the host was seen to take nothing during either run.
+    /// Whether the host took no more than [`CALM_SHARE`] of either run.
     fn calm(&self) -> bool {
-        self.host_ours_ms == Some(0.0) && self.host_theirs_ms == Some(0.0)
+        let calm = |took: Option<f64>, run_ms: f64| took.is_some_and(|t| t <= CALM_SHARE * run_ms);
+        calm(self.host_ours_ms, self.ours_run_ms) && calm(self.host_theirs_ms, self.theirs_run_ms)
     }
 }
 
-/// What the host took during the two runs of a pair, ms.
+/// How long the two runs of a pair took, and what the host took during
+/// each, ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Took {
+    ours_run: f64,
+    theirs_run: f64,
     ours: Option<f64>,
     theirs: Option<f64>,
 }
 
 /// What the host took during a row's pairs of runs, and the row's ratio
-/// over the pairs it took nothing from.
+/// over the pairs it took (next to) nothing from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Host {
     /// Steal during our runs of the row's pairs, summed, ms (`None`
@@ -70,7 +84,8 @@ pub struct Host {
     pub ours_ms: Option<f64>,
     /// During the peer's runs of those pairs.
     pub theirs_ms: Option<f64>,
-    /// Pairs the host took nothing from.
+    /// Pairs the host took no more than [`CALM_SHARE`] of either run
+    /// from.
     pub calm_pairs: usize,
     /// The median of ours over the median of theirs, of those pairs.
     pub calm_ratio: Option<f64>,
@@ -115,12 +130,14 @@ impl Pairs {
                 .zip((self.steal)())
                 .map(|(a, b)| b.saturating_sub(a) as f64)
         };
-        let s = (self.steal)();
+        let (s, at) = ((self.steal)(), Instant::now());
         let o = ours()?;
-        let host_ours = took(s);
-        let s = (self.steal)();
+        let (host_ours, ours_run) = (took(s), at.elapsed());
+        let (s, at) = ((self.steal)(), Instant::now());
         let t = theirs(&o);
         let took = Took {
+            ours_run: ours_run.as_secs_f64() * 1e3,
+            theirs_run: at.elapsed().as_secs_f64() * 1e3,
             ours: host_ours,
             theirs: took(s),
         };
@@ -135,6 +152,8 @@ impl Pairs {
         self.runs.push(Pair {
             ours,
             theirs,
+            ours_run_ms: took.ours_run,
+            theirs_run_ms: took.theirs_run,
             host_ours_ms: took.ours,
             host_theirs_ms: took.theirs,
         });
@@ -174,11 +193,18 @@ impl Pairs {
 
 #[cfg(test)]
 impl Pairs {
-    /// Pairs of these figures, each run's steal as given.
+    /// Pairs of these figures, each run a second long and its steal as
+    /// given.
     pub(super) fn of(runs: &[(f64, f64, Option<f64>, Option<f64>)]) -> Pairs {
         let mut p = Pairs::default();
         for &(ours, theirs, o, t) in runs {
-            p.push(ours, theirs, Took { ours: o, theirs: t });
+            let took = Took {
+                ours_run: 1_000.0,
+                theirs_run: 1_000.0,
+                ours: o,
+                theirs: t,
+            };
+            p.push(ours, theirs, took);
         }
         p
     }
@@ -363,18 +389,19 @@ mod tests {
     }
 
     #[test]
-    fn the_calm_ratio_is_of_the_pairs_the_host_took_nothing_from() {
+    fn the_calm_ratio_is_of_the_pairs_the_host_took_next_to_nothing_from() {
+        // Runs of a second each: a tick of 10 ms is 1 %, calm.
         let p = Pairs::of(&[
-            (1.0, 1.0, Some(0.0), Some(0.0)),
+            (1.0, 1.0, Some(0.0), Some(10.0)),
             // The host took 300 ms from our run: slow, and not calm.
             (3.0, 1.0, Some(300.0), Some(0.0)),
             (1.2, 1.0, Some(0.0), Some(0.0)),
-            // ... from the peer's run.
+            // ... 20 ms from the peer's run, 2 %.
             (1.0, 2.0, Some(0.0), Some(20.0)),
-            (1.1, 1.0, Some(0.0), Some(0.0)),
+            (1.1, 1.0, Some(10.0), Some(0.0)),
         ]);
         let h = p.host().unwrap();
-        assert_eq!((h.ours_ms, h.theirs_ms), (Some(300.0), Some(20.0)));
+        assert_eq!((h.ours_ms, h.theirs_ms), (Some(310.0), Some(30.0)));
         assert_eq!(h.calm_pairs, 3);
         // Medians of the three calm pairs: 1.1 over 1.0.
         assert!((h.calm_ratio.unwrap() - 1.1).abs() < 1e-9, "{h:?}");
@@ -383,14 +410,14 @@ mod tests {
         assert_eq!(p.spread(), Some((0.5, 3.0)));
 
         // Steal not counted for one run: the sum is unknown, not short,
-        // and that pair is not calm.
+        // and that pair is not calm; the other's tick is (1 %).
         let p = Pairs::of(&[
             (1.0, 1.0, None, Some(0.0)),
             (2.0, 1.0, Some(10.0), Some(0.0)),
         ]);
         let h = p.host().unwrap();
         assert_eq!((h.ours_ms, h.theirs_ms), (None, Some(0.0)));
-        assert_eq!((h.calm_pairs, h.calm_ratio), (0, None));
+        assert_eq!((h.calm_pairs, h.calm_ratio), (1, Some(2.0)));
     }
 
     /// A host's steal counter for the test below, moved by its runs.
@@ -413,6 +440,7 @@ mod tests {
             .run(
                 || {
                     steal(30);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                     Ok(5.0)
                 },
                 |&o| {
@@ -428,20 +456,21 @@ mod tests {
             .unwrap();
         assert_eq!((o, t), (5.0, Some(10.0)), "the peer is told ours");
         assert_eq!((took.ours, took.theirs), (Some(30.0), Some(7.0)));
+        // Each run's own length: ours slept 20 ms, the peer's did not.
+        assert!(took.ours_run >= 20.0 && took.ours_run < 1_000.0, "{took:?}");
+        assert!(took.theirs_run < took.ours_run, "{took:?}");
         // No figure of theirs: no pair, but what the host took is said.
         let (_, t, took) = p
             .run(|| Ok(1.0), |_| None::<f64>, |&o, &t| Some((o, t)))
             .unwrap();
         assert_eq!((t, took.ours, took.theirs), (None, Some(0.0), Some(0.0)));
-        assert_eq!(
-            p.runs,
-            [Pair {
-                ours: 5.0,
-                theirs: 10.0,
-                host_ours_ms: Some(30.0),
-                host_theirs_ms: Some(7.0),
-            }]
-        );
+        assert_eq!(p.runs.len(), 1);
+        let q = p.runs[0];
+        assert_eq!((q.ours, q.theirs), (5.0, 10.0));
+        assert_eq!((q.host_ours_ms, q.host_theirs_ms), (Some(30.0), Some(7.0)));
+        assert!(q.ours_run_ms >= 20.0, "{q:?}");
+        // 30 ms of a run of a few tens of ms: not calm.
+        assert_eq!(p.host().unwrap().calm_pairs, 0);
         // A failure of ours ends the row before the peer runs.
         let ran = std::cell::Cell::new(false);
         let e = p.run(
@@ -458,7 +487,7 @@ mod tests {
         let (.., took) = p
             .run(|| Ok(1.0), |_| Some(1.0), |&o, &t| Some((o, t)))
             .unwrap();
-        assert_eq!(took, Took::default());
+        assert_eq!((took.ours, took.theirs), (None, None));
         assert_eq!(p.host().unwrap().calm_pairs, 0);
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! Beside each ratio made of alternated runs: the lowest and highest of
 //! its pairs, the processor time the machine's host took during our runs
-//! and the peer's (`host ms`), and the ratio of the pairs it took nothing
-//! from, with how many there were (`calm`).
+//! and the peer's (`host ms`), and the ratio of the pairs it took (next
+//! to) nothing from, with how many there were (`calm`).
 
 use super::Row;
 
@@ -86,5 +86,6 @@ pub fn table(rows: &[Row]) -> String {
 /// What the `host ms` and `calm` columns hold.
 const HOST: &str = "host ms: the processor time the machine's host gave to others (steal, \
 summed over this machine's processors, in the kernel's 10 ms ticks) during our runs / the \
-peer's, summed over the row's pairs; calm: ours / theirs over the pairs it took nothing from \
-during either run (how many), the medians of each side's runs. The verdict is on all pairs.\n";
+peer's, summed over the row's pairs; calm: ours / theirs over the pairs it took at most 1% of \
+either run's length from (how many), the medians of each side's runs. The verdict is on all \
+pairs.\n";
