@@ -11,7 +11,7 @@
 //! ```text
 //!  ours ─► theirs ─► ours ─► theirs ─► ...   (5 latency, 3 bandwidth)
 //!   └ median of ours ┘  └ median of theirs ┘  └ lowest, highest ours/theirs ┘
-//!   steal ─►  steal ─►                          └ the ratio of the pairs with none ┘
+//!   steal ─►  steal ─►                          └ the ratio of the calm pairs ┘
 //! ```
 
 pub(super) use crate::stats::median;
