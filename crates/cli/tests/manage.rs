@@ -368,6 +368,20 @@ fn a_partition_between_manager_and_fallback_leaves_one_acting_and_nothing_done_t
         std::thread::sleep(Duration::from_millis(500));
         assert_eq!(s.manager(), before, "the central manager keeps h1");
     }
+    // The central manager frozen for more than a lease: thawed, it reads
+    // the beats of both that came meanwhile, in the order they came, and
+    // judges h1's silence by when they came, not by when it read them.
+    s.signal(0, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    s.signal(0, libc::SIGCONT);
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            s.manager(),
+            before,
+            "a stall of the central manager keeps h1"
+        );
+    }
     // A host killed meanwhile is reset once.
     s.kill(4);
     s.until(Duration::from_secs(5), "h4 reset", |s| {

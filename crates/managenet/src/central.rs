@@ -163,12 +163,12 @@ impl Central {
         self.lease = lease;
     }
 
-    /// The epoch gate of `group` on a beat or report from node `from`; the
-    /// refusal to send it, if refused.
-    fn gate(&mut self, group: u16, epoch: u64, from: u32, now: Nanos) -> Option<Vec<Send>> {
+    /// The epoch gate of `group` on a beat or report from node `from` that
+    /// reached this host at `arrived`; the refusal to send it, if refused.
+    fn gate(&mut self, group: u16, epoch: u64, from: u32, arrived: Nanos) -> Option<Vec<Send>> {
         let lease = self.lease;
         let g = self.groups.get_mut(group as usize)?;
-        match g.gate.check_at(epoch, from, now, lease) {
+        match g.gate.check_at(epoch, from, arrived, lease) {
             Verdict::Refused { epoch } => {
                 let holder = g.gate.holder().map_or(0, |h| h.1);
                 let refused = Body::Refused {
@@ -184,12 +184,15 @@ impl Central {
         }
     }
 
-    /// A beat of group `group`'s manager `from`; what to answer.
-    pub fn on_beat(&mut self, from: u32, group: u16, epoch: u64, now: Nanos) -> Vec<Send> {
-        self.gate(group, epoch, from, now).unwrap_or_default()
+    /// A beat of group `group`'s manager `from`, which reached this host at
+    /// `arrived` (the holder's silence is judged by when its words came,
+    /// not by when they were read); what to answer.
+    pub fn on_beat(&mut self, from: u32, group: u16, epoch: u64, arrived: Nanos) -> Vec<Send> {
+        self.gate(group, epoch, from, arrived).unwrap_or_default()
     }
 
-    /// A report from node `from`; what to answer.
+    /// A report from node `from`, which reached this host at `arrived` and
+    /// is read at `now`; what to answer.
     #[allow(clippy::too_many_arguments)]
     pub fn on_report(
         &mut self,
@@ -200,13 +203,14 @@ impl Central {
         host: u32,
         seen: Seen,
         text: &str,
+        arrived: Nanos,
         now: Nanos,
     ) -> Vec<Send> {
         let out = Vec::new();
         if group as usize >= self.groups.len() {
             return out;
         }
-        if let Some(refused) = self.gate(group, epoch, from, now) {
+        if let Some(refused) = self.gate(group, epoch, from, arrived) {
             return refused;
         }
         let g = &mut self.groups[group as usize];

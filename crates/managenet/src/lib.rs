@@ -15,8 +15,9 @@
 //!
 //! One thread runs a station: it waits for a datagram or the next
 //! deadline of its state machines, whichever comes first.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod arrival;
 pub mod central;
 pub mod health;
 pub mod local;
@@ -170,6 +171,7 @@ impl Station {
             StationError::NotManaged(format!("host {host:?} has no `manage` address"))
         })?;
         let sock = UdpSocket::bind(at)?;
+        arrival::enable(&sock);
         let settings = Settings::of(c);
         let addrs: HashMap<u32, SocketAddr> = c
             .hosts
@@ -320,7 +322,12 @@ impl Station {
                 .clamp(Duration::from_millis(1), MAX_SLEEP);
             self.sock.set_read_timeout(Some(next))?;
             match self.sock.recv_from(&mut buf) {
-                Ok((n, src)) => self.on_datagram(&buf[..n], src),
+                Ok((n, src)) => {
+                    // When it came, not when it is read: after a stall the
+                    // queue holds words of the whole stall.
+                    let arrived = arrival::last(&self.sock).map_or_else(wall, |t| t.min(wall()));
+                    self.on_datagram(&buf[..n], src, arrived)
+                }
                 // A timeout; a signal (a stop and continue among them); an
                 // ICMP refusal of something sent earlier.
                 Err(e)
@@ -362,7 +369,7 @@ impl Station {
         }
     }
 
-    fn on_datagram(&mut self, d: &[u8], src: SocketAddr) {
+    fn on_datagram(&mut self, d: &[u8], src: SocketAddr, arrived: Nanos) {
         let Some(packet) = self.seal.open(d) else {
             tracing::debug!("{src}: a datagram without the cluster's seal; dropped");
             return;
@@ -431,7 +438,7 @@ impl Station {
                     l.on_beat(epoch, n, now);
                 }
                 if let Some(c) = &mut self.central {
-                    let out = c.on_beat(m.from, group, epoch, wall());
+                    let out = c.on_beat(m.from, group, epoch, arrived);
                     self.flush(out);
                 }
             }
@@ -453,7 +460,8 @@ impl Station {
                 text,
             } => {
                 if let Some(c) = &mut self.central {
-                    let out = c.on_report(m.from, group, epoch, n, host, seen, text, wall());
+                    let now = wall();
+                    let out = c.on_report(m.from, group, epoch, n, host, seen, text, arrived, now);
                     self.flush(out);
                 }
             }
