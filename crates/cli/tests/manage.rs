@@ -56,15 +56,18 @@ impl Site {
         manage: impl Fn(&str) -> String,
     ) -> Site {
         let dir = tempfile::tempdir().unwrap();
-        let fast = "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\nagain_within_s = 60\n";
         let more = manage(&dir.path().display().to_string());
-        let file = macrolink_testbed::site::write_managed(
-            dir.path(),
-            base,
-            &names,
-            &(fast.to_string() + &more),
-        )
-        .unwrap();
+        // The fast settings, but for those the test sets itself.
+        let key = |l: &str| l.split('=').next().unwrap_or("").trim().to_string();
+        let fast: String =
+            "probe_ms = 100\nsuspicion_ms = 400\nlease_ms = 800\nagain_within_s = 60\n"
+                .lines()
+                .filter(|l| !more.lines().any(|m| key(m) == key(l)))
+                .map(|l| format!("{l}\n"))
+                .collect();
+        let file =
+            macrolink_testbed::site::write_managed(dir.path(), base, &names, &(fast + &more))
+                .unwrap();
         let mut s = Site {
             dir,
             file,
@@ -327,6 +330,34 @@ fn the_fallback_takes_over_a_killed_manager_and_a_frozen_one_never_acts_again() 
         "{resets:?}"
     );
     s.all_healthy(&["h2"]);
+}
+
+#[test]
+fn a_fallback_that_stalls_reads_the_beats_that_came_meanwhile_and_takes_nothing_over() {
+    // Probes patient enough that a stall of 2 s fails no host: only the
+    // lease is at stake.
+    let s = Site::with(8200, ["h0", "h1", "h2", "h3", "h4"], |d| {
+        format!(
+            "suspicion_ms = 5000\n\
+             reset_command = \"echo {{host}} >> {d}/resets\"\n"
+        )
+    });
+    s.until(Duration::from_secs(10), "h1 manages", |s| {
+        s.manager().0 == "h1"
+    });
+    let before = s.manager();
+    // Frozen for longer than its patience (one and a half leases), the
+    // fallback wakes to h1's beats queued in its socket; it reads them
+    // before it looks at the clock, and judges h1's silence by when they
+    // came: h1 was never silent.
+    s.signal(2, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    s.signal(2, libc::SIGCONT);
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(s.manager(), before, "h1 keeps managing, in its epoch");
+    }
+    assert!(s.lines("resets").is_empty(), "{:?}", s.lines("resets"));
 }
 
 #[test]

@@ -108,13 +108,15 @@ impl Lease {
         }
     }
 
-    /// A beat from the other side.
+    /// A beat from the other side, which came at `now`.
     pub fn on_beat(&mut self, epoch: u64, now: Nanos, out: &mut Vec<LeaseEvent>) {
         let tie_lost = epoch == self.epoch && self.role == Role::Manager && !self.preferred;
         if epoch > self.epoch || tie_lost {
             self.newer(epoch, now, out);
         } else if epoch == self.epoch {
-            self.last_heard = now;
+            // `now` is when the beat came, which may be before a refusal
+            // read earlier: the side was heard at the latest of the two.
+            self.last_heard = self.last_heard.max(now);
         }
     }
 

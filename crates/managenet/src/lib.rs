@@ -55,6 +55,9 @@ const REQUEST_AGE: Nanos = 10 * SEC;
 
 /// Longest a station sleeps, so that a stop request is seen.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// Datagrams read at most between two looks of the state machines at the
+/// clock (a flood cannot hold back this station's own beats).
+const QUEUED: usize = 256;
 
 /// Why a station cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -321,27 +324,53 @@ impl Station {
                 })
                 .clamp(Duration::from_millis(1), MAX_SLEEP);
             self.sock.set_read_timeout(Some(next))?;
-            match self.sock.recv_from(&mut buf) {
-                Ok((n, src)) => {
-                    // When it came, not when it is read: after a stall the
-                    // queue holds words of the whole stall.
-                    let arrived = arrival::last(&self.sock).map_or_else(wall, |t| t.min(wall()));
-                    self.on_datagram(&buf[..n], src, arrived)
+            // Wait up to the next deadline for a datagram; then read what
+            // else is queued already (at most QUEUED), before the state
+            // machines look at the clock again: after a stall of this
+            // station (stopped, starved) the queue holds the other side's
+            // beats of the whole stall.
+            self.receive(&mut buf)?;
+            self.sock.set_nonblocking(true)?;
+            for _ in 0..QUEUED {
+                if !self.receive(&mut buf)? {
+                    break;
                 }
-                // A timeout; a signal (a stop and continue among them); an
-                // ICMP refusal of something sent earlier.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                            | io::ErrorKind::ConnectionRefused
-                    ) => {}
-                Err(e) => return Err(e),
             }
+            self.sock.set_nonblocking(false)?;
         }
         Ok(())
+    }
+
+    /// Reads one datagram and handles it; false if there was none to read
+    /// (a timeout, nothing queued). A signal (a stop and continue among
+    /// them) or an ICMP refusal of something sent earlier is no datagram
+    /// but may have more behind it.
+    fn receive(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        match self.sock.recv_from(buf) {
+            Ok((n, src)) => {
+                // When it came, not when it is read.
+                let arrived = arrival::last(&self.sock).map_or_else(wall, |t| t.min(wall()));
+                self.on_datagram(&buf[..n], src, arrived);
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn flush(&self, out: Vec<Send>) {
@@ -379,6 +408,8 @@ impl Station {
             return;
         };
         let now = self.clock();
+        // The arrival on this station's own clock.
+        let came = now.saturating_sub(wall().saturating_sub(arrived));
         let me = self.me;
         match m.body {
             // Answered at the sender's address in the file, never at the
@@ -435,7 +466,7 @@ impl Station {
                 // manager) is no word from the other side.
                 let local = self.locals.iter_mut().find(|l| l.group == group);
                 if let (Some(l), true) = (local, m.from != me) {
-                    l.on_beat(epoch, n, now);
+                    l.on_beat(epoch, n, came, now);
                 }
                 if let Some(c) = &mut self.central {
                     let out = c.on_beat(m.from, group, epoch, arrived);

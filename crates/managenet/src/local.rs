@@ -107,14 +107,16 @@ impl Local {
         self.lease.acting()
     }
 
-    /// A beat from the other side; a replayed or older one changes nothing.
-    pub fn on_beat(&mut self, epoch: u64, n: u64, now: Nanos) {
+    /// A beat from the other side that reached this host at `came` and is
+    /// read at `now` (silence is judged by when beats came); a replayed or
+    /// older one changes nothing.
+    pub fn on_beat(&mut self, epoch: u64, n: u64, came: Nanos, now: Nanos) {
         if (epoch, n) <= self.heard {
             return;
         }
         self.heard = (epoch, n);
         let mut ev = Vec::new();
-        self.lease.on_beat(epoch, now, &mut ev);
+        self.lease.on_beat(epoch, came, &mut ev);
         self.lease_events(ev, now);
     }
 

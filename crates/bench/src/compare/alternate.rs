@@ -84,7 +84,7 @@ pub struct Host {
     pub ours_ms: Option<f64>,
     /// During the peer's runs of those pairs.
     pub theirs_ms: Option<f64>,
-    /// Pairs the host took no more than [`CALM_SHARE`] of either run
+    /// Pairs the host took no more than `CALM_SHARE` (1 %) of either run
     /// from.
     pub calm_pairs: usize,
     /// The median of ours over the median of theirs, of those pairs.
