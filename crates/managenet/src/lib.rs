@@ -353,23 +353,11 @@ impl Station {
                 self.on_datagram(&buf[..n], src, arrived);
                 Ok(true)
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                Ok(true)
-            }
-            Err(e) => Err(e),
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(false),
+                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused => Ok(true),
+                _ => Err(e),
+            },
         }
     }
 
