@@ -128,9 +128,15 @@ impl Lease {
         }
     }
 
+    /// Words from the other side may have been lost at `now` (dropped
+    /// unread): its silence before is not counted.
+    pub fn excuse(&mut self, now: Nanos) {
+        self.last_heard = self.last_heard.max(now);
+    }
+
     fn newer(&mut self, epoch: u64, now: Nanos, out: &mut Vec<LeaseEvent>) {
         self.epoch = epoch;
-        self.last_heard = now;
+        self.last_heard = self.last_heard.max(now);
         if self.role == Role::Manager {
             self.role = Role::Fallback;
             out.push(LeaseEvent::SteppedDown { epoch });
@@ -209,6 +215,12 @@ impl EpochGate {
                 Verdict::Accepted
             }
         }
+    }
+
+    /// Words may have been lost at `now` (dropped unread): the holder's
+    /// silence before is not counted.
+    pub fn excuse(&mut self, now: Nanos) {
+        self.heard = self.heard.max(now);
     }
 
     /// The newest epoch and its holder.
@@ -318,6 +330,30 @@ mod tests {
         );
         assert_eq!(gate.check(3, 21), Verdict::Accepted);
         assert_eq!(gate.holder(), Some((3, 21)));
+    }
+
+    #[test]
+    fn beats_read_out_of_time_and_words_dropped_never_shorten_the_patience() {
+        let cfg = LeaseConfig::default();
+        let mut b = Lease::new(cfg, true, 0);
+        let mut out = Vec::new();
+        // A beat that came at 600 ms, read after one that came at 700.
+        b.on_beat(0, 700 * MS, &mut out);
+        b.on_beat(0, 600 * MS, &mut out);
+        b.poll(700 * MS + cfg.lease - 1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // Datagrams dropped at 1.5 s: the silence before is not counted.
+        b.excuse(1500 * MS);
+        b.poll(1500 * MS + cfg.lease - 1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        b.poll(1500 * MS + cfg.lease, &mut out);
+        assert_eq!(
+            out,
+            [
+                LeaseEvent::TookOver { epoch: 1 },
+                LeaseEvent::Beat { epoch: 1 }
+            ]
+        );
     }
 
     #[test]

@@ -1,40 +1,94 @@
-//! When a datagram reached this host: the kernel's receive time of the
-//! last datagram read from a socket (`SIOCGSTAMPNS`, the wall clock), so
-//! that the central manager judges a manager's silence by when its words
-//! arrived, not by when a busy or stalled station got round to reading
-//! them (a challenger's beat read first after a stall would otherwise
-//! find the holder silent while the holder's own beats wait behind it).
-#![allow(unsafe_code)]
+//! What the kernel knows of the datagrams a station reads: when the last
+//! one read reached this host (`SIOCGSTAMPNS`, the wall clock), so that
+//! silence is judged by when words arrived, not by when a busy or stalled
+//! station got round to reading them; and how many its socket dropped for
+//! want of room (`SO_MEMINFO`), since words lost are no silence either.
+//!
+//! Nothing else may set `SO_TIMESTAMP` or `SO_TIMESTAMPNS` on a socket
+//! read here: with either set, the kernel keeps the stamp for those
+//! options only and the one read here goes stale.
 
 use macrolink_manage::Nanos;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
-
-/// `SIOCGSTAMPNS` of `asm-generic/sockios.h`: the receive time of the
-/// last datagram passed to the user, as a `timespec`.
-const SIOCGSTAMPNS: u32 = 0x8907;
 
 /// Turns the kernel's receive stamps on for `sock`: the first ask does
-/// (and finds none yet).
+/// (and finds none yet; the kernel switches stamping on a moment later,
+/// and a datagram read before then is stamped when it is read).
 pub fn enable(sock: &UdpSocket) {
     let _ = last(sock);
 }
 
 /// The receive time of the last datagram read from `sock`, in wall-clock
-/// nanoseconds; none if the kernel kept none.
+/// nanoseconds; none before the first read (and where the kernel's
+/// `timespec` is not two 64-bit words).
+#[cfg(target_pointer_width = "64")]
+#[allow(unsafe_code)]
 pub fn last(sock: &UdpSocket) -> Option<Nanos> {
+    use std::os::fd::AsRawFd;
+    /// `SIOCGSTAMPNS` of `asm-generic/sockios.h` (`SIOCGSTAMPNS_OLD`),
+    /// which on 64-bit targets writes a `timespec` of two 64-bit words.
+    const SIOCGSTAMPNS: u32 = 0x8907;
+    const _: () = assert!(std::mem::size_of::<libc::timespec>() == 16);
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: SIOCGSTAMPNS writes one `timespec` to the pointer it is
-    // given, which points at `ts`, alive and writable for the call; the
-    // descriptor is `sock`'s, open while it is borrowed.
+    // SAFETY: on a 64-bit target SIOCGSTAMPNS writes 16 bytes, two 64-bit
+    // words (seconds, nanoseconds), to the pointer it is given; it points
+    // at `ts`, a `timespec` of that size (asserted above), alive and
+    // writable for the call. The descriptor is `sock`'s, open while it is
+    // borrowed.
     let r = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSTAMPNS as _, &mut ts) };
-    if r != 0 || ts.tv_sec < 0 {
+    if r != 0 || !(0..1 << 33).contains(&ts.tv_sec) || !(0..1_000_000_000).contains(&ts.tv_nsec) {
         return None;
     }
     Some(ts.tv_sec as Nanos * 1_000_000_000 + ts.tv_nsec as Nanos)
+}
+
+/// [`last`] where the layout is not known: none.
+#[cfg(not(target_pointer_width = "64"))]
+pub fn last(_: &UdpSocket) -> Option<Nanos> {
+    None
+}
+
+/// Datagrams `sock` has dropped since it was made (its receive buffer
+/// full, among others); none where not known.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
+#[allow(unsafe_code)]
+pub fn drops(sock: &UdpSocket) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    /// `SO_MEMINFO` of `asm-generic/socket.h`.
+    const SO_MEMINFO: libc::c_int = 55;
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes (the size of `info`)
+    // to the pointer it is given, which points at `info`, alive and
+    // writable for the call, and writes back in `len` how many it wrote.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let i = libc::SK_MEMINFO_DROPS as usize;
+    (r == 0 && len as usize >= (i + 1) * 4).then(|| info[i])
+}
+
+/// [`drops`] where the option's number is not known: none.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+pub fn drops(_: &UdpSocket) -> Option<u32> {
+    None
 }
 
 #[cfg(test)]
@@ -89,5 +143,25 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         enable(&rx);
         assert_eq!(last(&rx), None);
+    }
+
+    #[test]
+    fn datagrams_a_full_socket_drops_are_counted() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(drops(&rx), Some(0));
+        rustix::net::sockopt::set_socket_recv_buffer_size(&rx, 4096).unwrap();
+        for _ in 0..200 {
+            tx.send_to(&[7u8; 512], rx.local_addr().unwrap()).unwrap();
+        }
+        let lost = drops(&rx).unwrap();
+        let mut buf = [0u8; 1024];
+        rx.set_nonblocking(true).unwrap();
+        let mut read = 0;
+        while rx.recv_from(&mut buf).is_ok() {
+            read += 1;
+        }
+        assert!(lost > 0, "none dropped, {read} read");
+        assert_eq!(read + lost, 200, "{read} read, {lost} dropped");
     }
 }

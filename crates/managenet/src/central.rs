@@ -184,15 +184,24 @@ impl Central {
         }
     }
 
+    /// Datagrams were dropped unread at `at` (the station's clock): no
+    /// holder's silence before is counted.
+    pub fn excuse(&mut self, at: Nanos) {
+        for g in &mut self.groups {
+            g.gate.excuse(at);
+        }
+    }
+
     /// A beat of group `group`'s manager `from`, which reached this host at
-    /// `arrived` (the holder's silence is judged by when its words came,
-    /// not by when they were read); what to answer.
+    /// `arrived` (the station's clock: the holder's silence is judged by
+    /// when its words came, not by when they were read); what to answer.
     pub fn on_beat(&mut self, from: u32, group: u16, epoch: u64, arrived: Nanos) -> Vec<Send> {
         self.gate(group, epoch, from, arrived).unwrap_or_default()
     }
 
-    /// A report from node `from`, which reached this host at `arrived` and
-    /// is read at `now`; what to answer.
+    /// A report from node `from`, which reached this host at `arrived`
+    /// (the station's clock) and is read at `now` (the wall clock); what
+    /// to answer.
     #[allow(clippy::too_many_arguments)]
     pub fn on_report(
         &mut self,
@@ -477,6 +486,56 @@ mod tests {
     }
 }
 
+/// A central manager on node 1 of one group, h1 (node 2) and h2 (node
+/// 3), keeping its files in `dir`.
+#[cfg(test)]
+fn two_hosts(dir: &Path) -> Central {
+    let groups = vec![(
+        "m0".to_string(),
+        vec![(2, "h1".to_string()), (3, "h2".to_string())],
+    )];
+    Central::new(
+        1,
+        groups,
+        PolicyConfig::default(),
+        Commands::default(),
+        dir,
+        0,
+    )
+    .unwrap()
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+    use macrolink_manage::MS;
+
+    #[test]
+    fn a_holders_beats_read_late_keep_it_by_when_they_came() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = two_hosts(d.path());
+        c.keep_managers_for(800 * MS);
+        let refused = |out: &[Send]| !out.is_empty();
+        // h1 (node 2) holds epoch 1. The central manager stalls and then
+        // reads, in the order they came, h1's beats every 160 ms and h2's
+        // newer epoch 50 ms before each: all read at once, long after the
+        // first, and h1 was never silent.
+        assert!(!refused(&c.on_beat(2, 0, 1, 0)));
+        for k in 1..=12u64 {
+            let t = k * 160 * MS;
+            assert!(refused(&c.on_beat(3, 0, 2, t - 50 * MS)), "at {k}");
+            assert!(!refused(&c.on_beat(2, 0, 1, t)), "at {k}");
+        }
+        // Datagrams dropped at 2.5 s: h1's silence before is not counted.
+        c.excuse(2500 * MS);
+        assert!(refused(&c.on_beat(3, 0, 2, 2500 * MS + 799 * MS)));
+        // Silent for a lease after that: h2's epoch holds.
+        assert!(!refused(&c.on_beat(3, 0, 2, 2500 * MS + 800 * MS)));
+        assert_eq!(c.groups[0].gate.holder(), Some((2, 3)));
+        assert!(refused(&c.on_beat(2, 0, 1, 3400 * MS)));
+    }
+}
+
 #[cfg(test)]
 mod order_tests {
     use super::*;
@@ -484,19 +543,7 @@ mod order_tests {
     #[test]
     fn an_order_retried_with_its_nonce_is_answered_again_and_carried_out_once() {
         let d = tempfile::tempdir().unwrap();
-        let groups = vec![(
-            "m0".to_string(),
-            vec![(2, "h1".to_string()), (3, "h2".to_string())],
-        )];
-        let mut c = Central::new(
-            1,
-            groups,
-            PolicyConfig::default(),
-            Commands::default(),
-            d.path(),
-            0,
-        )
-        .unwrap();
+        let mut c = two_hosts(d.path());
         let first = c.on_order(7, 3, OrderKind::Exclude, "bad", 1);
         assert!(first.0, "{first:?}");
         assert_eq!(c.on_order(7, 3, OrderKind::Exclude, "bad", 2), first);

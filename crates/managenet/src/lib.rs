@@ -13,8 +13,11 @@
 //!  operator ── Order / Status ──► central ── Reply ──► operator
 //! ```
 //!
-//! One thread runs a station: it waits for a datagram or the next
-//! deadline of its state machines, whichever comes first.
+//! One thread runs a station: it reads the clock, then every datagram
+//! already queued (each stamped with when it came, so that silence is
+//! judged by arrival, not by reading: the `arrival` module), lets its state
+//! machines act on that time, and waits for a datagram or their next
+//! deadline, whichever comes first.
 #![deny(unsafe_code)]
 
 mod arrival;
@@ -58,6 +61,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// Datagrams read at most between two looks of the state machines at the
 /// clock (a flood cannot hold back this station's own beats).
 const QUEUED: usize = 256;
+/// The receive buffer asked for, bytes.
+const RECV_BUFFER: usize = 4 << 20;
 
 /// Why a station cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +153,11 @@ pub struct Station {
     locals: Vec<Local>,
     central: Option<Central>,
     start: Instant,
+    /// When a read last found the socket empty (this station's clock): a
+    /// datagram read since came after it.
+    empty_at: Nanos,
+    /// Datagrams the socket had dropped at the last look.
+    drops: u32,
 }
 
 /// Wall-clock nanoseconds, the central manager's time (its state file
@@ -156,6 +166,16 @@ fn wall() -> Nanos {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as Nanos)
+}
+
+/// What one read of the socket found.
+enum Read {
+    /// A datagram, which came at this time (the station's clock).
+    Datagram(Nanos),
+    /// None queued (or none before the timeout).
+    Nothing,
+    /// A signal, an ICMP error: no datagram, but maybe more behind.
+    Else,
 }
 
 impl Station {
@@ -175,6 +195,12 @@ impl Station {
         })?;
         let sock = UdpSocket::bind(at)?;
         arrival::enable(&sock);
+        // Room for the datagrams of a stall (beyond the system's cap only
+        // with the right to raise it); whatever is dropped all the same is
+        // counted and excuses the silence it may have hidden.
+        if rustix::net::sockopt::set_socket_recv_buffer_size_force(&sock, RECV_BUFFER).is_err() {
+            let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, RECV_BUFFER);
+        }
         let settings = Settings::of(c);
         let addrs: HashMap<u32, SocketAddr> = c
             .hosts
@@ -262,6 +288,8 @@ impl Station {
             locals,
             central,
             start: Instant::now(),
+            empty_at: 0,
+            drops: 0,
         })
     }
 
@@ -299,8 +327,34 @@ impl Station {
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut buf = vec![0u8; 65_536];
         let mut shown = 0;
+        // The time the state machines last judged by: never back.
+        let mut judged = 0;
         while !stop.load(Ordering::Relaxed) {
-            let now = self.clock();
+            // The clock first, then what is queued: every datagram that
+            // came before `now` is read before the state machines judge
+            // silence by it (after a stall of this station, stopped or
+            // starved, the queue holds the other side's beats of the whole
+            // stall). Cut off at QUEUED (a flood), they judge only up to
+            // the last one read.
+            let mut now = self.clock();
+            for i in 0..=QUEUED {
+                match self.receive(&mut buf, false)? {
+                    Read::Nothing => break,
+                    Read::Datagram(came) if i == QUEUED => now = now.min(came).max(judged),
+                    _ => {}
+                }
+            }
+            judged = now;
+            if let Some(d) = arrival::drops(&self.sock).filter(|d| *d != self.drops) {
+                tracing::warn!("{} datagrams dropped unread", d.wrapping_sub(self.drops));
+                self.drops = d;
+                for l in &mut self.locals {
+                    l.excuse(now);
+                }
+                if let Some(c) = &mut self.central {
+                    c.excuse(now);
+                }
+            }
             self.checker.poll();
             let mut out = Vec::new();
             for l in &mut self.locals {
@@ -324,38 +378,45 @@ impl Station {
                 })
                 .clamp(Duration::from_millis(1), MAX_SLEEP);
             self.sock.set_read_timeout(Some(next))?;
-            // Wait up to the next deadline for a datagram; then read what
-            // else is queued already (at most QUEUED), before the state
-            // machines look at the clock again: after a stall of this
-            // station (stopped, starved) the queue holds the other side's
-            // beats of the whole stall.
-            self.receive(&mut buf)?;
-            self.sock.set_nonblocking(true)?;
-            for _ in 0..QUEUED {
-                if !self.receive(&mut buf)? {
-                    break;
-                }
-            }
-            self.sock.set_nonblocking(false)?;
+            // Wait up to the next deadline for one.
+            self.receive(&mut buf, true)?;
         }
         Ok(())
     }
 
-    /// Reads one datagram and handles it; false if there was none to read
-    /// (a timeout, nothing queued). A signal (a stop and continue among
-    /// them) or an ICMP refusal of something sent earlier is no datagram
-    /// but may have more behind it.
-    fn receive(&mut self, buf: &mut [u8]) -> io::Result<bool> {
-        match self.sock.recv_from(buf) {
+    /// Reads one datagram and handles it, waiting up to the socket's
+    /// timeout if `wait`. A signal (a stop and continue among them) or an
+    /// ICMP refusal of something sent earlier is no datagram but may have
+    /// more behind it.
+    fn receive(&mut self, buf: &mut [u8], wait: bool) -> io::Result<Read> {
+        let asked = self.clock();
+        let got = if wait {
+            self.sock.recv_from(buf)
+        } else {
+            rustix::net::recvfrom(&self.sock, &mut *buf, rustix::net::RecvFlags::DONTWAIT)
+                .map_err(io::Error::from)
+                .map(|(n, _, src)| (n, src.and_then(|a| SocketAddr::try_from(a).ok())))
+                .and_then(|(n, src)| src.map(|s| (n, s)).ok_or(io::ErrorKind::Other.into()))
+        };
+        match got {
             Ok((n, src)) => {
-                // When it came, not when it is read.
-                let arrived = arrival::last(&self.sock).map_or_else(wall, |t| t.min(wall()));
-                self.on_datagram(&buf[..n], src, arrived);
-                Ok(true)
+                // When it came, on this station's clock: the kernel's
+                // stamp, never before the socket was last found empty (a
+                // step of the wall clock in between would move it back).
+                let now = self.clock();
+                let late = arrival::last(&self.sock).map_or(0, |t| wall().saturating_sub(t));
+                let came = now.saturating_sub(late).max(self.empty_at);
+                self.on_datagram(&buf[..n], src, came);
+                Ok(Read::Datagram(came))
             }
             Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(false),
-                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused => Ok(true),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    self.empty_at = asked;
+                    Ok(Read::Nothing)
+                }
+                io::ErrorKind::Interrupted
+                | io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::Other => Ok(Read::Else),
                 _ => Err(e),
             },
         }
@@ -386,7 +447,7 @@ impl Station {
         }
     }
 
-    fn on_datagram(&mut self, d: &[u8], src: SocketAddr, arrived: Nanos) {
+    fn on_datagram(&mut self, d: &[u8], src: SocketAddr, came: Nanos) {
         let Some(packet) = self.seal.open(d) else {
             tracing::debug!("{src}: a datagram without the cluster's seal; dropped");
             return;
@@ -396,8 +457,6 @@ impl Station {
             return;
         };
         let now = self.clock();
-        // The arrival on this station's own clock.
-        let came = now.saturating_sub(wall().saturating_sub(arrived));
         let me = self.me;
         match m.body {
             // Answered at the sender's address in the file, never at the
@@ -457,7 +516,7 @@ impl Station {
                     l.on_beat(epoch, n, came, now);
                 }
                 if let Some(c) = &mut self.central {
-                    let out = c.on_beat(m.from, group, epoch, arrived);
+                    let out = c.on_beat(m.from, group, epoch, came);
                     self.flush(out);
                 }
             }
@@ -480,7 +539,7 @@ impl Station {
             } => {
                 if let Some(c) = &mut self.central {
                     let now = wall();
-                    let out = c.on_report(m.from, group, epoch, n, host, seen, text, arrived, now);
+                    let out = c.on_report(m.from, group, epoch, n, host, seen, text, came, now);
                     self.flush(out);
                 }
             }

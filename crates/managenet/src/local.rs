@@ -120,7 +120,14 @@ impl Local {
         self.lease_events(ev, now);
     }
 
-    /// The central manager refused a report: epoch `epoch` is held by
+    /// Datagrams were dropped unread at `now`: the other side's silence
+    /// before is not counted.
+    pub fn excuse(&mut self, now: Nanos) {
+        self.lease.excuse(now);
+    }
+
+    /// The central manager refused a report (read at `now`; it errs
+    /// toward waiting longer): epoch `epoch` is held by
     /// node `holder`. A refusal that names this side (an old report of its
     /// own, replayed or late) changes nothing.
     pub fn on_refused(&mut self, epoch: u64, holder: u32, now: Nanos) {
