@@ -67,7 +67,10 @@ pub struct Lease {
     preferred: bool,
     role: Role,
     epoch: u64,
+    /// From when the other side's silence counts.
     last_heard: Nanos,
+    /// When a word of the other side last came (or this side started).
+    word: Nanos,
     next_beat: Nanos,
 }
 
@@ -81,6 +84,7 @@ impl Lease {
             role: Role::Fallback,
             epoch: 0,
             last_heard: now,
+            word: now,
             next_beat: now,
         }
     }
@@ -116,7 +120,7 @@ impl Lease {
         } else if epoch == self.epoch {
             // `now` is when the beat came, which may be before a refusal
             // read earlier: the side was heard at the latest of the two.
-            self.last_heard = self.last_heard.max(now);
+            self.heard(now);
         }
     }
 
@@ -129,14 +133,22 @@ impl Lease {
     }
 
     /// Words from the other side may have been lost at `now` (dropped
-    /// unread): its silence before is not counted.
+    /// unread): its silence before is not counted, up to one patience
+    /// after its last word (anyone can make a socket drop a datagram, so
+    /// drops delay a takeover, never hold it off for good).
     pub fn excuse(&mut self, now: Nanos) {
+        let bound = self.word.saturating_add(self.patience());
+        self.last_heard = self.last_heard.max(now.min(bound));
+    }
+
+    fn heard(&mut self, now: Nanos) {
         self.last_heard = self.last_heard.max(now);
+        self.word = self.word.max(now);
     }
 
     fn newer(&mut self, epoch: u64, now: Nanos, out: &mut Vec<LeaseEvent>) {
         self.epoch = epoch;
-        self.last_heard = self.last_heard.max(now);
+        self.heard(now);
         if self.role == Role::Manager {
             self.role = Role::Fallback;
             out.push(LeaseEvent::SteppedDown { epoch });
@@ -188,9 +200,12 @@ pub enum Verdict {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochGate {
     holder: Option<(u64, u32)>,
-    /// When the holder was last heard.
+    /// From when the holder's silence counts.
     #[serde(default)]
     heard: Nanos,
+    /// When a word of the holder last came.
+    #[serde(default)]
+    word: Nanos,
 }
 
 impl EpochGate {
@@ -211,16 +226,21 @@ impl EpochGate {
             }
             _ => {
                 self.holder = Some((epoch, from));
-                self.heard = now;
+                // Words read out of the order they came never move it back.
+                self.heard = self.heard.max(now);
+                self.word = self.word.max(now);
                 Verdict::Accepted
             }
         }
     }
 
     /// Words may have been lost at `now` (dropped unread): the holder's
-    /// silence before is not counted.
-    pub fn excuse(&mut self, now: Nanos) {
-        self.heard = self.heard.max(now);
+    /// silence before is not counted, up to a `lease` after its last word
+    /// (anyone can make a socket drop a datagram, so drops delay a
+    /// takeover, never hold it off for good).
+    pub fn excuse(&mut self, now: Nanos, lease: Nanos) {
+        let bound = self.word.saturating_add(lease);
+        self.heard = self.heard.max(now.min(bound));
     }
 
     /// The newest epoch and its holder.
@@ -342,11 +362,18 @@ mod tests {
         b.on_beat(0, 600 * MS, &mut out);
         b.poll(700 * MS + cfg.lease - 1, &mut out);
         assert!(out.is_empty(), "{out:?}");
-        // Datagrams dropped at 1.5 s: the silence before is not counted.
+        // Datagrams dropped at 1.5 s: the silence before is not counted;
+        // dropped again at 2.4 s, past a patience after the last beat (at
+        // 700 ms): that one excuses only up to there. Drops delay a
+        // takeover by one patience at most.
         b.excuse(1500 * MS);
         b.poll(1500 * MS + cfg.lease - 1, &mut out);
         assert!(out.is_empty(), "{out:?}");
-        b.poll(1500 * MS + cfg.lease, &mut out);
+        b.excuse(2400 * MS);
+        let bound = 700 * MS + cfg.lease;
+        b.poll(bound + cfg.lease - 1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        b.poll(bound + cfg.lease, &mut out);
         assert_eq!(
             out,
             [

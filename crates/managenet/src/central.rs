@@ -185,10 +185,11 @@ impl Central {
     }
 
     /// Datagrams were dropped unread at `at` (the station's clock): no
-    /// holder's silence before is counted.
+    /// holder's silence before is counted, up to a lease after its last
+    /// word.
     pub fn excuse(&mut self, at: Nanos) {
         for g in &mut self.groups {
-            g.gate.excuse(at);
+            g.gate.excuse(at, self.lease);
         }
     }
 
@@ -529,10 +530,16 @@ mod gate_tests {
         // Datagrams dropped at 2.5 s: h1's silence before is not counted.
         c.excuse(2500 * MS);
         assert!(refused(&c.on_beat(3, 0, 2, 2500 * MS + 799 * MS)));
+        // Dropped again at 4 s, past a lease after h1's last beat (at
+        // 1.92 s): that one excuses only up to there (drops delay a
+        // takeover by a lease at most).
+        c.excuse(4000 * MS);
+        let bound = 1920 * MS + 800 * MS;
+        assert!(refused(&c.on_beat(3, 0, 2, bound + 799 * MS)));
         // Silent for a lease after that: h2's epoch holds.
-        assert!(!refused(&c.on_beat(3, 0, 2, 2500 * MS + 800 * MS)));
+        assert!(!refused(&c.on_beat(3, 0, 2, bound + 800 * MS)));
         assert_eq!(c.groups[0].gate.holder(), Some((2, 3)));
-        assert!(refused(&c.on_beat(2, 0, 1, 3400 * MS)));
+        assert!(refused(&c.on_beat(2, 0, 1, bound + 900 * MS)));
     }
 }
 

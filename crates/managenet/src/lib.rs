@@ -158,6 +158,8 @@ pub struct Station {
     empty_at: Nanos,
     /// Datagrams the socket had dropped at the last look.
     drops: u32,
+    /// When drops were last told in the log.
+    warned: Nanos,
 }
 
 /// Wall-clock nanoseconds, the central manager's time (its state file
@@ -201,6 +203,7 @@ impl Station {
         if rustix::net::sockopt::set_socket_recv_buffer_size_force(&sock, RECV_BUFFER).is_err() {
             let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, RECV_BUFFER);
         }
+        let drops = arrival::drops(&sock).unwrap_or(0);
         let settings = Settings::of(c);
         let addrs: HashMap<u32, SocketAddr> = c
             .hosts
@@ -289,7 +292,8 @@ impl Station {
             central,
             start: Instant::now(),
             empty_at: 0,
-            drops: 0,
+            drops,
+            warned: 0,
         })
     }
 
@@ -337,16 +341,28 @@ impl Station {
             // stall). Cut off at QUEUED (a flood), they judge only up to
             // the last one read.
             let mut now = self.clock();
-            for i in 0..=QUEUED {
+            let mut last = None;
+            let mut emptied = false;
+            for _ in 0..QUEUED {
                 match self.receive(&mut buf, false)? {
-                    Read::Nothing => break,
-                    Read::Datagram(came) if i == QUEUED => now = now.min(came).max(judged),
-                    _ => {}
+                    Read::Nothing => {
+                        emptied = true;
+                        break;
+                    }
+                    Read::Datagram(came) => last = Some(came),
+                    Read::Else => {}
                 }
             }
+            if !emptied {
+                now = now.min(last.unwrap_or(judged));
+            }
+            now = now.max(judged);
             judged = now;
             if let Some(d) = arrival::drops(&self.sock).filter(|d| *d != self.drops) {
-                tracing::warn!("{} datagrams dropped unread", d.wrapping_sub(self.drops));
+                if now >= self.warned + SHOW_EVERY {
+                    self.warned = now;
+                    tracing::warn!("{} datagrams dropped unread", d.wrapping_sub(self.drops));
+                }
                 self.drops = d;
                 for l in &mut self.locals {
                     l.excuse(now);
@@ -401,11 +417,14 @@ impl Station {
         match got {
             Ok((n, src)) => {
                 // When it came, on this station's clock: the kernel's
-                // stamp, never before the socket was last found empty (a
-                // step of the wall clock in between would move it back).
+                // stamp. One from before the socket was last found empty
+                // cannot be (the wall clock stepped between arrival and
+                // reading): then when it is read.
                 let now = self.clock();
                 let late = arrival::last(&self.sock).map_or(0, |t| wall().saturating_sub(t));
-                let came = now.saturating_sub(late).max(self.empty_at);
+                let came = Some(now.saturating_sub(late))
+                    .filter(|c| *c >= self.empty_at)
+                    .unwrap_or(now);
                 self.on_datagram(&buf[..n], src, came);
                 Ok(Read::Datagram(came))
             }

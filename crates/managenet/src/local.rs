@@ -121,7 +121,7 @@ impl Local {
     }
 
     /// Datagrams were dropped unread at `now`: the other side's silence
-    /// before is not counted.
+    /// before is not counted (up to one patience after its last word).
     pub fn excuse(&mut self, now: Nanos) {
         self.lease.excuse(now);
     }
