@@ -33,10 +33,10 @@ pub fn last(sock: &UdpSocket) -> Option<Nanos> {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: on a 64-bit target SIOCGSTAMPNS writes 16 bytes, two 64-bit
-    // words (seconds, nanoseconds), to the pointer it is given; it points
-    // at `ts`, a `timespec` of that size (asserted above), alive and
-    // writable for the call. The descriptor is `sock`'s, open while it is
+    // The kernel writes 16 bytes here, two 64-bit words (seconds,
+    // nanoseconds); `ts` is that size (asserted above).
+    // SAFETY: the pointer is to `ts`, alive and writable for the call, of
+    // the size the kernel writes; the descriptor is `sock`'s, open while
     // borrowed.
     let r = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSTAMPNS as _, &mut ts) };
     if r != 0 || !(0..1 << 33).contains(&ts.tv_sec) || !(0..1_000_000_000).contains(&ts.tv_nsec) {

@@ -475,40 +475,6 @@ fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn words_reach_the_shell_as_they_are() {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(format!("printf %s {}", quote("it's $HOME `x` \"y\"")))
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "it's $HOME `x` \"y\"");
-    }
-}
-
-/// A central manager on node 1 of one group, h1 (node 2) and h2 (node
-/// 3), keeping its files in `dir`.
-#[cfg(test)]
-fn two_hosts(dir: &Path) -> Central {
-    let groups = vec![(
-        "m0".to_string(),
-        vec![(2, "h1".to_string()), (3, "h2".to_string())],
-    )];
-    Central::new(
-        1,
-        groups,
-        PolicyConfig::default(),
-        Commands::default(),
-        dir,
-        0,
-    )
-    .unwrap()
-}
-
-#[cfg(test)]
-mod gate_tests {
-    use super::*;
     use macrolink_manage::MS;
 
     #[test]
@@ -541,6 +507,35 @@ mod gate_tests {
         assert_eq!(c.groups[0].gate.holder(), Some((2, 3)));
         assert!(refused(&c.on_beat(2, 0, 1, bound + 900 * MS)));
     }
+
+    #[test]
+    fn words_reach_the_shell_as_they_are() {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", quote("it's $HOME `x` \"y\"")))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "it's $HOME `x` \"y\"");
+    }
+}
+
+/// A central manager on node 1 of one group, h1 (node 2) and h2 (node
+/// 3), keeping its files in `dir`.
+#[cfg(test)]
+fn two_hosts(dir: &Path) -> Central {
+    let groups = vec![(
+        "m0".to_string(),
+        vec![(2, "h1".to_string()), (3, "h2".to_string())],
+    )];
+    Central::new(
+        1,
+        groups,
+        PolicyConfig::default(),
+        Commands::default(),
+        dir,
+        0,
+    )
+    .unwrap()
 }
 
 #[cfg(test)]
