@@ -18,7 +18,9 @@ mod alternate;
 mod chart;
 mod table;
 
-use alternate::{alternated, alternated_bw, median, peer_iters, Lat, Pairs, ALTERNATIONS};
+use alternate::{
+    alternated, alternated_bw, median, peer_iters, Lat, Pairs, ALTERNATIONS, BRIEF_ALTERNATIONS,
+};
 pub use alternate::{Host, Pair};
 
 pub use chart::png;
@@ -229,12 +231,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
 
     eprintln!("shm latency ...");
     let (ours, theirs, pairs) = alternated(
+        BRIEF_ALTERNATIONS,
         || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
         has_ucx.then_some(|| opt(ucx_perftest::latency("posix,self", 8, n * 5)).map(Lat::from)),
     )?;
     rows.push(
         row(
-            &format!("shm 8 B ping-pong, half rt, median of {ALTERNATIONS}"),
+            &format!("shm 8 B ping-pong, half rt, median of {BRIEF_ALTERNATIONS}"),
             "us",
             Some(ours.median),
             "ucx_perftest tag_lat (posix,self)",
@@ -408,6 +411,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
         ] {
             let (ours, theirs, pairs) = alternated(
+                ALTERNATIONS,
                 || lat_in(&mut s, t, m, c, 64),
                 has_sockperf.then_some(|| {
                     opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(Lat::from)
@@ -433,8 +437,11 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         // ratio.
         let bare = |how, name: &str, regimes: (&'static str, &'static str)| {
             let once = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
-            let (slept, blocked, pairs) =
-                alternated(|| once(how), Some(|| opt(once(sleeps::Sleep::Recv))))?;
+            let (slept, blocked, pairs) = alternated(
+                ALTERNATIONS,
+                || once(how),
+                Some(|| opt(once(sleeps::Sleep::Recv))),
+            )?;
             anyhow::Ok(
                 row(
                     &format!("{t} 64 B ping-pong, {name}"),
@@ -464,6 +471,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let pin = OneProcessor::pin()?;
         let mut one = Session::open(exe, None)?;
         let (ours, theirs, pairs) = alternated(
+            ALTERNATIONS,
             || lat_in(&mut one, t, m, Completion::Wait, 64),
             has_sockperf.then_some(|| {
                 opt(sockperf::ping_pong(
@@ -681,6 +689,7 @@ fn ucx_rows(
     let mut s = Session::open_with(exe, None, Some(&opts))?;
     let n = a.iterations;
     let (ours, theirs, pairs) = alternated(
+        BRIEF_ALTERNATIONS,
         || {
             let u = s
                 .client()
@@ -702,7 +711,7 @@ fn ucx_rows(
     )?;
     rows.push(
         row(
-            &format!("ucx ({name}) 8 B ping-pong, half rt, median of {ALTERNATIONS}"),
+            &format!("ucx ({name}) 8 B ping-pong, half rt, median of {BRIEF_ALTERNATIONS}"),
             "us",
             Some(ours.median),
             &format!("ucx_perftest tag_lat ({tls})"),

@@ -9,7 +9,7 @@
 //! (next to) nothing from compares the two sides alone.
 //!
 //! ```text
-//!  ours ─► theirs ─► ours ─► theirs ─► ...   (5 latency, 3 bandwidth)
+//!  ours ─► theirs ─► ours ─► theirs ─► ...   (5 or 9 latency, 3 bandwidth)
 //!   └ median of ours ┘  └ median of theirs ┘  └ lowest, highest ours/theirs ┘
 //!   steal ─►  steal ─►                          └ the ratio of the calm pairs ┘
 //! ```
@@ -20,6 +20,18 @@ use std::time::Instant;
 
 /// Latency runs of each side behind one latency row, alternated.
 pub(super) const ALTERNATIONS: usize = 5;
+
+/// Latency runs of each side behind a row of small messages over shared
+/// memory or UCX, alternated. A run of either side there lasts tens of
+/// milliseconds (the peer's start-up is most of a pair), and moves between
+/// two or three levels with where the host has put the machine's two
+/// processors in that second: one cache line passed between two threads
+/// kept to them took 40, 80-100 or 340 ns a half round trip from one
+/// second to the next on the 2-core EPYC VM, and either side's half round
+/// trip moved between 0.15 and 0.39 µs (ours) or 0.18 and 0.65 (UCX's)
+/// with no steal in either. Five pairs left the verdict to which levels
+/// three of five runs of each fell on; nine cost a few seconds more.
+pub(super) const BRIEF_ALTERNATIONS: usize = 9;
 
 /// A latency run's median and 99th percentile, microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -210,18 +222,19 @@ impl Pairs {
     }
 }
 
-/// Runs our side and the peer's [`ALTERNATIONS`] times each, one after
-/// the other, and keeps each side's median of medians and of 99th
+/// Runs our side and the peer's `times` times each ([`ALTERNATIONS`] or
+/// [`BRIEF_ALTERNATIONS`]), one after the other, and keeps each side's median of medians and of 99th
 /// percentiles. One run moves with where the scheduler puts the processes
 /// and with whatever else the machine does in that second; alternated
 /// runs share both. `theirs` is `None` when the peer is not installed; a
 /// failed run of it counts as missing.
 pub(super) fn alternated(
+    times: usize,
     mut ours: impl FnMut() -> anyhow::Result<Lat>,
     mut theirs: Option<impl FnMut() -> Option<Lat>>,
 ) -> anyhow::Result<(Lat, Option<Lat>, Pairs)> {
     let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
-    for _ in 0..ALTERNATIONS {
+    for _ in 0..times {
         let (o, t, _) = pairs.run(
             &mut ours,
             |_| theirs.as_mut().and_then(|f| f()),
@@ -330,6 +343,7 @@ mod tests {
         let mut ours = [3.0, 9.0, 1.0, 2.0, 8.0].into_iter();
         let mut theirs = [5.0, 4.0, 7.0, 6.0].into_iter();
         let (a, b, pairs) = alternated(
+            5,
             || {
                 order.borrow_mut().push('o');
                 let m = ours.next().unwrap();
@@ -366,10 +380,13 @@ mod tests {
         // Each of ours over the peer's run right after it: 3/5, 9/4, 1/7,
         // 2/6; the fifth has no pair.
         assert_eq!(pairs.spread(), Some((1.0 / 7.0, 9.0 / 4.0)));
-        // No peer: our side alone.
+        // No peer: our side alone, as many runs as asked.
         let none: Option<fn() -> Option<Lat>> = None;
+        let mut runs = 0;
         let (a, b, pairs) = alternated(
+            3,
             || {
+                runs += 1;
                 Ok(Lat {
                     median: 1.0,
                     p99: None,
@@ -378,13 +395,14 @@ mod tests {
             none,
         )
         .unwrap();
+        assert_eq!(runs, 3);
         assert_eq!((a.median, b, pairs.spread()), (1.0, None, None));
         assert_eq!(pairs.host(), None, "no pair, nothing to say of the host");
         assert_eq!(spread([(2.0, 0.0)]), None, "no ratio of a zero");
         assert_eq!(spread([(2.0, 4.0), (3.0, 0.0)]), Some((0.5, 0.5)));
         // Our run failing fails the row.
         let none: Option<fn() -> Option<Lat>> = None;
-        assert!(alternated(|| Err(anyhow::anyhow!("gone")), none).is_err());
+        assert!(alternated(5, || Err(anyhow::anyhow!("gone")), none).is_err());
         assert_eq!(median(vec![]), None);
     }
 
