@@ -24,10 +24,10 @@ pub(super) const ALTERNATIONS: usize = 5;
 /// Latency runs of each side behind a row of small messages over shared
 /// memory or UCX, alternated. A run of either side there lasts tens of
 /// milliseconds (the peer's start-up is most of a pair), and moves between
-/// two or three levels with where the host has put the machine's two
-/// processors in that second: one cache line passed between two threads
-/// kept to them took 40, 80-100 or 340 ns a half round trip from one
-/// second to the next on the 2-core EPYC VM, and either side's half round
+/// levels with where the host has put the machine's two processors in
+/// that second: one cache line passed between two threads kept to them
+/// took 40-120 ns a half round trip in some seconds and 320-460 ns in
+/// others on the 2-core EPYC VM, and either side's half round
 /// trip moved between 0.15 and 0.39 µs (ours) or 0.18 and 0.65 (UCX's)
 /// with no steal in either. Five pairs left the verdict to which levels
 /// three of five runs of each fell on; nine cost a few seconds more.
