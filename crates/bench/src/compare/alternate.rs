@@ -29,8 +29,8 @@ pub(super) const ALTERNATIONS: usize = 5;
 /// took 40-120 ns a half round trip in some seconds and 320-460 ns in
 /// others on the 2-core EPYC VM, and either side's half round trip moved
 /// between 0.15 and 0.39 µs (ours) or 0.18 and 0.65 (UCX's) with no steal
-/// in either. Five pairs left the verdict to which levels
-/// three of five runs of each fell on; nine cost a few seconds more.
+/// in either. Five pairs left the verdict to which levels three of five
+/// runs of each fell on; nine cost a few seconds more.
 pub(super) const BRIEF_ALTERNATIONS: usize = 9;
 
 /// A latency run's median and 99th percentile, microseconds.
@@ -224,9 +224,9 @@ impl Pairs {
 
 /// Runs our side and the peer's `times` times each ([`ALTERNATIONS`] or
 /// [`BRIEF_ALTERNATIONS`]), one after the other, and keeps each side's
-/// median of medians and of 99th percentiles. One run moves with where the scheduler puts the processes
-/// and with whatever else the machine does in that second; alternated
-/// runs share both. `theirs` is `None` when the peer is not installed; a
+/// median of medians and of 99th percentiles. One run moves with where
+/// the scheduler puts the processes and with whatever else the machine
+/// does in that second; alternated runs share both. `theirs` is `None` when the peer is not installed; a
 /// failed run of it counts as missing.
 pub(super) fn alternated(
     times: usize,
