@@ -49,6 +49,14 @@ pub struct FileRow {
     pub xrdcp_mb_s: Option<f64>,
     /// `cp`, MB/s.
     pub cp_mb_s: f64,
+    /// The processor time the host gave to others during the run each
+    /// figure comes from (macrolink cp's, xrdcp's, cp's), ms; `None` where
+    /// the machine does not count it (or xrdcp did not run).
+    pub ours_host_ms: Option<u64>,
+    /// As `ours_host_ms`, of xrdcp's best run.
+    pub xrdcp_host_ms: Option<u64>,
+    /// As `ours_host_ms`, of cp's best run.
+    pub cp_host_ms: Option<u64>,
 }
 
 fn make_file(path: &Path, size: u64) -> anyhow::Result<()> {
@@ -99,22 +107,39 @@ impl Case<'_> {
 /// A command to time, made anew for each run.
 type Contender<'a> = Box<dyn Fn() -> Command + 'a>;
 
+/// The best run of one command.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Best {
+    /// Its time, s.
+    secs: f64,
+    /// What `steal` rose by across it (the host's share of the run).
+    steal_ms: Option<u64>,
+}
+
 /// Best time of each command over `runs` rounds; each round runs every
 /// command once, in turn (after `before`), so that a machine whose speed
-/// drifts during the run slows all of them alike.
+/// drifts during the run slows all of them alike. `steal` is read before
+/// and after each run (see [`crate::stalls::steal_ms`]).
 fn best_of_rounds(
     runs: usize,
     before: impl Fn(),
+    steal: impl Fn() -> Option<u64>,
     cmds: &[Contender<'_>],
-) -> anyhow::Result<Vec<f64>> {
-    let mut best = vec![f64::INFINITY; cmds.len()];
+) -> anyhow::Result<Vec<Best>> {
+    let none = Best {
+        secs: f64::INFINITY,
+        steal_ms: None,
+    };
+    let mut best = vec![none; cmds.len()];
     for _ in 0..runs.max(1) {
         for (cmd, best) in cmds.iter().zip(&mut best) {
             before();
             let mut c = cmd();
+            let stolen = steal();
             let t = Instant::now();
             let out = c.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
             let secs = t.elapsed().as_secs_f64();
+            let stolen = stolen.zip(steal()).map(|(a, b)| b.saturating_sub(a));
             if !out.status.success() {
                 bail!(
                     "{:?} failed: {}",
@@ -122,7 +147,12 @@ fn best_of_rounds(
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
-            *best = best.min(secs);
+            if secs < best.secs {
+                *best = Best {
+                    secs,
+                    steal_ms: stolen,
+                };
+            }
         }
     }
     Ok(best)
@@ -251,12 +281,17 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
                 let _ = Command::new("sync").arg("-f").arg(&dir).status();
             }
         };
-        let times = best_of_rounds(runs, remove, &cmds)?;
+        let best = best_of_rounds(runs, remove, crate::stalls::steal_ms, &cmds)?;
+        let (ours, cp) = (best[0], best[best.len() - 1]);
+        let xrdcp = xrd_remote.as_ref().map(|_| best[1]);
         rows.push(FileRow {
             case: case.name.into(),
-            ours_mb_s: mb(times[0]),
-            xrdcp_mb_s: xrd_remote.as_ref().map(|_| mb(times[1])),
-            cp_mb_s: mb(times[times.len() - 1]),
+            ours_mb_s: mb(ours.secs),
+            xrdcp_mb_s: xrdcp.map(|b| mb(b.secs)),
+            cp_mb_s: mb(cp.secs),
+            ours_host_ms: ours.steal_ms,
+            xrdcp_host_ms: xrdcp.and_then(|b| b.steal_ms),
+            cp_host_ms: cp.steal_ms,
         });
     }
 
@@ -293,12 +328,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
 
 /// The table, with ratios and targets; with `shm`, macrolink moved its
 /// data through shared memory, which xrdcp cannot, and its ratio to xrdcp
-/// is printed but not judged.
+/// is printed but not judged. Each row ends with what the host took
+/// during the three runs its figures come from.
 pub fn table(rows: &[FileRow], shm: bool) -> String {
     let mut s = format!(
-        "{:<22} {:>10} {:>10} {:>7} {:>6} {:>10} {:>7} {:>6}\n",
-        "case", "ours MB/s", "xrdcp", "ratio", "≥1.0", "cp", "ratio", "≥0.9"
+        "{:<22} {:>10} {:>10} {:>7} {:>6} {:>10} {:>7} {:>6} {:>14}\n",
+        "case", "ours MB/s", "xrdcp", "ratio", "≥1.0", "cp", "ratio", "≥0.9", "host ms"
     );
+    let ms = |v: Option<u64>| v.map_or("n.a.".to_string(), |v| v.to_string());
     for r in rows {
         let (x, xr, xm) = match r.xrdcp_mb_s {
             Some(x) => {
@@ -309,8 +346,13 @@ pub fn table(rows: &[FileRow], shm: bool) -> String {
             None => ("-".into(), "-".into(), "-"),
         };
         let q = r.ours_mb_s / r.cp_mb_s;
+        let xrdcp_host = match r.xrdcp_mb_s {
+            Some(_) => ms(r.xrdcp_host_ms),
+            None => "-".into(),
+        };
+        let host = format!("{}/{}/{}", ms(r.ours_host_ms), xrdcp_host, ms(r.cp_host_ms));
         s += &format!(
-            "{:<22} {:>10.1} {:>10} {:>7} {:>6} {:>10.1} {:>7.2} {:>6}\n",
+            "{:<22} {:>10.1} {:>10} {:>7} {:>6} {:>10.1} {:>7.2} {:>6} {:>14}\n",
             r.case,
             r.ours_mb_s,
             x,
@@ -318,16 +360,94 @@ pub fn table(rows: &[FileRow], shm: bool) -> String {
             xm,
             r.cp_mb_s,
             q,
-            yes(q >= 0.9)
+            yes(q >= 0.9),
+            host
         );
     }
+    s += HOST;
     s
 }
+
+/// What the `host ms` column holds.
+const HOST: &str = "host ms: the processor time the machine's host gave to others (steal, \
+summed over this machine's processors, in the kernel's 10 ms ticks) during the run each figure \
+comes from, macrolink cp's / xrdcp's / cp's (the best of each); n.a. where the machine does \
+not count it\n";
 
 fn yes(b: bool) -> &'static str {
     if b {
         "yes"
     } else {
         "NO"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn row(xrdcp: Option<f64>) -> FileRow {
+        FileRow {
+            case: "upload".into(),
+            ours_mb_s: 900.0,
+            xrdcp_mb_s: xrdcp,
+            cp_mb_s: 1000.0,
+            ours_host_ms: Some(20),
+            xrdcp_host_ms: xrdcp.map(|_| 0),
+            cp_host_ms: None,
+        }
+    }
+
+    #[test]
+    fn each_row_says_what_the_host_took_during_each_sides_figure() {
+        let t = table(&[row(Some(450.0)), row(None)], false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("host ms"), "{t}");
+        assert!(lines[1].ends_with(" 20/0/n.a."), "{t}");
+        // No xrdcp run, no figure of its host time.
+        assert!(lines[2].ends_with(" 20/-/n.a."), "{t}");
+        assert!(lines[1].contains("2.00") && lines[1].contains("yes"), "{t}");
+        assert!(t.contains("host ms: the processor time"), "{t}");
+    }
+
+    #[test]
+    fn the_best_run_of_each_command_keeps_the_steal_of_that_run() {
+        // A counter that rises by 10 across the first run of each command
+        // and 30 across the others (two reads a run).
+        let reads = Cell::new(0u64);
+        let steal = || {
+            let n = reads.get();
+            reads.set(n + 1);
+            let (run, after) = (n / 2, n % 2 == 1);
+            let rose = if run < 2 { 10 } else { 30 };
+            Some(run * 100 + if after { rose } else { 0 })
+        };
+        // The first round: the quick command runs `true`, the slow one a
+        // sleep; the second round the other way round for the quick one.
+        let round = Cell::new(0);
+        let cmds: Vec<Contender<'_>> = vec![
+            Box::new(|| {
+                let mut c = Command::new("sleep");
+                c.arg(if round.get() == 0 { "0" } else { "0.3" });
+                c
+            }),
+            Box::new(|| {
+                let mut c = Command::new("sleep");
+                c.arg(if round.get() == 0 { "0.3" } else { "0" });
+                round.set(round.get() + 1);
+                c
+            }),
+        ];
+        let best = best_of_rounds(2, || {}, steal, &cmds).unwrap();
+        assert_eq!(best.len(), 2);
+        // The first command was quickest in its first run (steal 10), the
+        // second in its second (steal 30).
+        assert_eq!(best[0].steal_ms, Some(10), "{best:?}");
+        assert_eq!(best[1].steal_ms, Some(30), "{best:?}");
+        assert!(best.iter().all(|b| b.secs < 0.3), "{best:?}");
+        // A machine that does not count steal leaves it unknown.
+        let best = best_of_rounds(1, || {}, || None, &cmds[..1]).unwrap();
+        assert_eq!(best[0].steal_ms, None);
     }
 }

@@ -455,6 +455,7 @@ fn files_bench_rows_have_every_case_and_positive_rates() {
     // Over shared memory the xrdcp ratio is not judged, and the run says why.
     assert!(text.contains("xrdcp has no shared-memory path"), "{text}");
     assert!(text.contains("each with 2 data streams"), "{text}");
+    assert!(text.contains("host ms: the processor time"), "{text}");
     let rows = json(&j);
     let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str().unwrap()).collect();
     assert_eq!(
@@ -465,6 +466,11 @@ fn files_bench_rows_have_every_case_and_positive_rates() {
         assert!(num(r, "ours_mb_s") > 0.0 && num(r, "cp_mb_s") > 0.0, "{r}");
         // The xrdcp column is there when xrootd is installed, else null.
         assert!(r["xrdcp_mb_s"].is_null() || num(r, "xrdcp_mb_s") > 0.0);
+        // Linux counts what the host took (steal) in /proc/stat.
+        assert!(
+            r["ours_host_ms"].is_u64() && r["cp_host_ms"].is_u64(),
+            "{r}"
+        );
     }
     // What it made in a directory it was given, it removed.
     assert!(!work.join("export/src").exists() && !work.join("local/up").exists());
