@@ -35,8 +35,8 @@ pub struct Options {
     pub seconds: u32,
     /// Chunks in flight per gateway.
     pub window: usize,
-    /// Striped runs of each kind (one transfer, eight) per number of
-    /// gateways: the table gives their median and their range.
+    /// Runs of each kind (one striped transfer, eight, each cp column) per
+    /// number of gateways: the tables give their median and their range.
     pub runs: usize,
     /// Milliseconds between heartbeats to each gateway.
     pub heartbeat_ms: u64,
@@ -114,6 +114,9 @@ pub struct Row {
     pub cp_tcp_timeouts: [u64; 6],
     /// The machine during each cp column's copy.
     pub cp_machine: [crate::stalls::Stalled; 6],
+    /// Each cp column's runs, MB/s, in the order run; the figures above
+    /// are of the median run of each.
+    pub cp_runs: [Vec<f64>; 6],
 }
 
 /// iperf3 from compute to storage over the kernel's multipath routes, MB/s.
@@ -181,7 +184,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
         } else {
             (None, None)
         };
-        let cp = files_through(&exe, &tb, n, a.mib, a.dir.as_deref())?;
+        let cp = files_through(&exe, &tb, n, a.mib, a.runs, a.dir.as_deref())?;
         rows.push(Row {
             gateways: n,
             macrolink: mbs,
@@ -210,6 +213,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
             cp_held: cp.held.clone(),
             cp_tcp_timeouts: cp.tcp_timeouts,
             cp_machine: cp.machine,
+            cp_runs: cp.runs,
         });
     }
     table::print(&rows, one, a);

@@ -308,11 +308,25 @@ fn the_file_service_rides_the_user_space_gateways_of_its_lane() {
     let Some(tb) = testbed(2, 1) else {
         return;
     };
-    // Both copies are compared with their source inside; the files live
-    // in the directory given, and go with the run.
+    // Every copy is compared with its source inside; the files live in
+    // the directory given, and go with the run. Two rounds: the second
+    // copies over the first's files.
     let parent = tempfile::tempdir().unwrap();
-    let r = files_through(Path::new(EXE), &tb, 2, 24, Some(parent.path())).unwrap();
+    let r = files_through(Path::new(EXE), &tb, 2, 24, 2, Some(parent.path())).unwrap();
     eprintln!("cp through the lane: {r:?}");
+    let figures = [
+        r.up,
+        r.up_direct,
+        r.down,
+        r.down_cached,
+        r.down_direct,
+        r.down_null,
+    ];
+    for (runs, figure) in r.runs.iter().zip(figures) {
+        assert_eq!(runs.len(), 2, "{r:?}");
+        // Of two runs, the figure is the slower's.
+        assert_eq!(figure, runs[0].min(runs[1]), "{r:?}");
+    }
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
     assert!(left.is_empty(), "the run left {left:?}");
     assert!(r.fs_write > 0.0, "the file system's own rate: {r:?}");

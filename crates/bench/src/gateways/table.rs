@@ -187,7 +187,20 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
             println!("  {d}");
         }
     }
-    println!("cp of the same file through the lane, MB/s and / (N x one):");
+    let cp_runs = rows
+        .iter()
+        .flat_map(|r| r.cp_runs.iter().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    if cp_runs > 1 {
+        println!(
+            "cp of the same file through the lane, MB/s and / (N x one): the median run of \
+             {cp_runs} of each column (of an even number, the slower of the middle two), run in \
+             rounds of every column in turn; the tables after it are of that run"
+        );
+    } else {
+        println!("cp of the same file through the lane, MB/s and / (N x one):");
+    }
     let cols = &CP_COLUMNS;
     println!(
         "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14} {:>9} {:>9}",
@@ -207,6 +220,21 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
             r.fs_write,
             r.fs_write_uncached,
         );
+    }
+    if cp_runs > 1 {
+        println!("the range of cp's runs, each run / (N x one), lowest-highest:");
+        println!(
+            "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14}",
+            "gateways", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
+        );
+        for r in rows {
+            let n_one = r.gateways as f64 * one;
+            let range: Vec<String> = r.cp_runs.iter().map(|v| spread(v, n_one)).collect();
+            println!(
+                "{:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>14}",
+                r.gateways, range[0], range[1], range[2], range[3], range[4], range[5]
+            );
+        }
     }
     println!(
         "what held each copy back, as cp saw it (up: its chunks sent again / times it took a \
@@ -290,6 +318,16 @@ pub(super) fn print(rows: &[Row], one: f64, a: &Options) {
     );
 }
 
+/// `rates` over `n_one`, as `lowest-highest`; `-` for none.
+fn spread(rates: &[f64], n_one: f64) -> String {
+    let lo = rates.iter().copied().reduce(f64::min);
+    let hi = rates.iter().copied().reduce(f64::max);
+    match lo.zip(hi) {
+        Some((lo, hi)) if n_one > 0.0 => format!("{:.2}-{:.2}", lo / n_one, hi / n_one),
+        _ => "-".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,5 +384,12 @@ mod tests {
         );
         // A run at the mark is not below it.
         assert_eq!(dips(&rows, 100.0, 0.94), low[1..]);
+    }
+
+    #[test]
+    fn a_cp_columns_range_is_its_lowest_and_highest_run_over_n_links() {
+        assert_eq!(spread(&[180.0, 200.0, 190.0], 200.0), "0.90-1.00");
+        assert_eq!(spread(&[], 200.0), "-");
+        assert_eq!(spread(&[180.0], 0.0), "-");
     }
 }

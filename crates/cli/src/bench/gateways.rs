@@ -21,8 +21,9 @@ pub struct Args {
     /// Chunks in flight per gateway.
     #[arg(long, default_value_t = 4)]
     window: usize,
-    /// Striped runs of each kind (one transfer, eight) per number of
-    /// gateways, alternated: the table gives their median and range.
+    /// Runs of each kind per number of gateways, alternated (one striped
+    /// transfer and eight; cp's columns in rounds): the tables give their
+    /// median and range.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     /// Milliseconds between heartbeats to each gateway.
