@@ -255,6 +255,18 @@ pub fn files_through(
     ];
     let mut done: [Vec<Once>; 6] = Default::default();
     for round in 0..runs.max(1) {
+        if round > 0 {
+            // Each round writes new files, as the first does.
+            for f in [
+                &export.join("f"),
+                &export.join("g"),
+                &back,
+                &cached,
+                &direct,
+            ] {
+                std::fs::remove_file(f).with_context(|| f.display().to_string())?;
+            }
+        }
         for (k, (from, to, how)) in copies.iter().enumerate() {
             // Each copy starts with the file system idle: the one before
             // it written back first (else a copy past the page cache
