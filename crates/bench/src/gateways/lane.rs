@@ -12,7 +12,8 @@ use super::held::watched;
 use crate::stalls::Stalled;
 
 /// What `cp` did through a lane of the testbed: each column's figures are
-/// of its median run (see [`median_run`]).
+/// of its median run (of an even number of runs, the slower of the middle
+/// two).
 #[derive(Debug, Default)]
 pub struct LaneCopy {
     /// Each column's rates, MB/s, in the order run (up, up with direct
