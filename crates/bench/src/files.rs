@@ -171,11 +171,12 @@ fn start_serve(exe: &Path, root: &Path, secret: &str) -> anyhow::Result<Peer> {
 /// Runs the comparison with `macrolink` processes started from `exe`, and
 /// prints its table.
 pub fn run(exe: &Path, a: &Options) -> anyhow::Result<()> {
+    // A directory of its own goes at the end, or at a signal (`undo`).
     let scratch;
     let dir = match &a.dir {
         Some(d) => d.clone(),
         None => {
-            scratch = tempfile::Builder::new().prefix("ml-filebench-").tempdir()?;
+            scratch = macrolink_testbed::undo::scratch()?;
             scratch.path().to_path_buf()
         }
     };

@@ -5,13 +5,15 @@
 //! ```text
 //!   Session::open(exe, None)       ── spawns `macrolink bench serve --node 2`, reads its ready line
 //!   Session::open(exe, Some(addr)) ── a target elsewhere, started with `--listen`
-//!   drop                           ── Quit, then a child has 2 s to exit before it is killed
+//!   drop                           ── Quit, then a child has 2 s to exit before it is killed;
+//!                                     then its directory goes (or at a signal, see `undo`)
 //! ```
 
 use macrolink_fabric::{Node, NodeConfig, UcxOptions};
+use macrolink_testbed::undo::Scratch;
 use macrolink_testbed::Peer;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::client::Client;
@@ -25,7 +27,10 @@ pub struct Session {
     client: Option<Client>,
     target: Option<Peer>,
     _node: Node,
-    dir: Option<PathBuf>,
+    /// The shared-memory meeting directory of a target started here:
+    /// removed after both sides have gone (fields drop after `drop`), or
+    /// by the signal handler (`undo::on_signal`) if a signal ends the run.
+    _dir: Option<Scratch>,
 }
 
 impl Session {
@@ -45,12 +50,7 @@ impl Session {
             Some(a) => (None, None, a),
             None => {
                 // A directory of its own: sessions of one run may overlap.
-                static SESSIONS: std::sync::atomic::AtomicU32 =
-                    std::sync::atomic::AtomicU32::new(0);
-                let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let dir = std::env::temp_dir()
-                    .join(format!("macrolink-bench-{}-{n}", std::process::id()));
-                std::fs::create_dir_all(&dir)?;
+                let dir = macrolink_testbed::undo::scratch()?;
                 let mut extra = Vec::new();
                 if let Some(u) = ucx {
                     extra.push("--ucx".to_string());
@@ -59,15 +59,17 @@ impl Session {
                     }
                 }
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                let p = Peer::spawn_role(exe, "bench serve", TARGET_NODE, &dir, &extra)?;
+                let p = Peer::spawn_role(exe, "bench serve", TARGET_NODE, dir.path(), &extra)?;
                 let tcp = p.tcp;
                 (Some(p), Some(dir), tcp)
             }
         };
         let mut cfg = NodeConfig::local(
             1,
-            dir.clone()
-                .unwrap_or_else(macrolink_fabric::default_shm_dir),
+            dir.as_ref()
+                .map_or_else(macrolink_fabric::default_shm_dir, |d| {
+                    d.path().to_path_buf()
+                }),
         );
         if let Some(a) = connect {
             cfg.shm_dir = None;
@@ -83,7 +85,7 @@ impl Session {
             client: Some(client),
             target,
             _node: node,
-            dir,
+            _dir: dir,
         })
     }
 
@@ -112,9 +114,6 @@ impl Drop for Session {
         }
         if let Some(mut t) = self.target.take() {
             t.wait_exit(Duration::from_secs(2));
-        }
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
         }
     }
 }

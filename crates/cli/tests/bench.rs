@@ -559,3 +559,89 @@ fn idle_rows_name_their_quiet_connections_in_order() {
         assert!(lines[3].trim_start().starts_with('6'), "{out}");
     }
 }
+
+/// What is left in `dir`.
+fn left_in(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+/// A session's target meets its client in a directory of its own, which
+/// goes with the run.
+#[test]
+fn a_bench_session_takes_its_directory_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(EXE)
+        .args(["bench", "lat", "--transport", "tcp", "--sizes", "8"])
+        .args(["--count", "20"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(left_in(tmp.path()), Vec::<std::path::PathBuf>::new());
+}
+
+/// `bench files` stopped by SIGTERM while it makes its files removes its
+/// directory (and what it started), where before the directory outlived
+/// it.
+#[test]
+fn bench_files_stopped_by_a_signal_removes_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bench = Command::new(EXE)
+        .args([
+            "bench", "files", "--size", "2GiB", "--runs", "1", "--no-shm",
+        ])
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Reap<'a>(&'a mut std::process::Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = bench.id();
+    let bench = Reap(&mut bench);
+    // Under way: its directory holds the export it fills.
+    let t0 = std::time::Instant::now();
+    while !left_in(tmp.path())
+        .iter()
+        .any(|d| d.join("export").exists())
+    {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "bench files made no directory: {:?}",
+            left_in(tmp.path())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let t1 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = bench.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t1.elapsed() < std::time::Duration::from_secs(20),
+            "bench files did not end on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut said = String::new();
+    let _ = std::io::Read::read_to_string(bench.0.stderr.as_mut().unwrap(), &mut said);
+    assert_eq!(status.code(), Some(128 + 15), "{said}");
+    assert_eq!(
+        left_in(tmp.path()),
+        Vec::<std::path::PathBuf>::new(),
+        "{said}"
+    );
+}
