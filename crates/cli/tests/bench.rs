@@ -625,17 +625,8 @@ fn bench_files_stopped_by_a_signal_removes_its_directory() {
         .status()
         .unwrap();
     assert!(term.success());
-    let t1 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = bench.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t1.elapsed() < std::time::Duration::from_secs(20),
-            "bench files did not end on SIGTERM"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = macrolink_testbed::peer::exit_within(bench.0, std::time::Duration::from_secs(20))
+        .expect("bench files did not end on SIGTERM");
     let mut said = String::new();
     let _ = std::io::Read::read_to_string(bench.0.stderr.as_mut().unwrap(), &mut said);
     assert_eq!(status.code(), Some(128 + 15), "{said}");

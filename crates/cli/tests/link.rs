@@ -714,17 +714,8 @@ fn bench_range_stopped_by_a_signal_leaves_nothing_behind() {
         .status()
         .unwrap();
     assert!(term.success());
-    let t1 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = bench.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t1.elapsed() < Duration::from_secs(20),
-            "bench range did not end on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = macrolink_testbed::peer::exit_within(bench.0, Duration::from_secs(20))
+        .expect("bench range did not end on SIGTERM");
     let mut said = String::new();
     let _ = std::io::Read::read_to_string(bench.0.stderr.as_mut().unwrap(), &mut said);
     assert_eq!(status.code(), Some(128 + 15), "{said}");

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::ready::Line;
@@ -103,14 +103,7 @@ impl Peer {
 
     /// Waits up to `limit` for it to exit by itself; whether it did.
     pub fn wait_exit(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        exit_within(&mut self.child, limit).is_some()
     }
 
     /// Asks it to end (SIGTERM), so that it removes what it made (the
@@ -122,6 +115,21 @@ impl Peer {
             self.wait_exit(Duration::from_secs(2));
         }
         self.kill();
+    }
+}
+
+/// Waits up to `limit` for `child` to exit by itself; its status if it
+/// did.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
