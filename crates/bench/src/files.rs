@@ -424,8 +424,8 @@ mod tests {
             let rose = if run < 2 { 10 } else { 30 };
             Some(run * 100 + if after { rose } else { 0 })
         };
-        // The first round: the quick command runs `true`, the slow one a
-        // sleep; the second round the other way round for the quick one.
+        // In the first round the first command sleeps 0 s and the second
+        // 0.3 s; in the second round the other way round.
         let round = Cell::new(0);
         let cmds: Vec<Contender<'_>> = vec![
             Box::new(|| {
