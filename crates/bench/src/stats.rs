@@ -46,6 +46,15 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     }
 }
 
+/// The index of the median of `rates` (of an even number, the slower of
+/// the middle two): a run that was, whose figures go together. `None` for
+/// none.
+pub fn median_run(rates: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..rates.len()).collect();
+    order.sort_by(|&a, &b| rates[a].total_cmp(&rates[b]));
+    order.get(rates.len().saturating_sub(1) / 2).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +65,14 @@ mod tests {
         let s = Summary::of(&mut v);
         assert_eq!((s.min, s.median, s.p99, s.mean), (1.0, 50.0, 99.0, 50.5));
         assert_eq!(Summary::of(&mut []), Summary::default());
+    }
+
+    #[test]
+    fn the_median_run_is_one_that_was_and_of_two_the_slower() {
+        assert_eq!(median_run(&[]), None);
+        assert_eq!(median_run(&[5.0]), Some(0));
+        assert_eq!(median_run(&[300.0, 100.0, 200.0]), Some(2));
+        assert_eq!(median_run(&[300.0, 100.0]), Some(1));
+        assert_eq!(median_run(&[4.0, 1.0, 3.0, 2.0]), Some(3));
     }
 }

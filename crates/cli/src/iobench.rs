@@ -35,6 +35,11 @@ pub struct Args {
     /// Run fio with the matching job beside each test (local directories).
     #[arg(long)]
     fio: bool,
+    /// Runs of each test, alternated with fio's under --fio: each row is
+    /// the median run, beside the range of them all [default: 3 with
+    /// --fio, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: Option<u64>,
     /// Write the rows as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -68,6 +73,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         random_blocks: a.random_blocks.0,
         fsync: !a.no_fsync,
         fio: a.fio,
+        runs: a.runs.unwrap_or(if a.fio { 3 } else { 1 }) as usize,
         json: a.json,
         csv: a.csv,
         plot: a.plot,

@@ -126,3 +126,54 @@ fn iobench_under_a_launcher_runs_one_worker_per_rank() {
     check(&r, true);
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "files left");
 }
+
+#[test]
+fn iobench_beside_fio_alternates_runs_and_says_how_fio_ran() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let json = d.path().join("r.json");
+    let out = Command::new(EXE)
+        .args(["iobench", data.to_str().unwrap(), "--fio", "--runs", "2"])
+        .args(["--workers", "2", "--sizes", "1MiB", "--file-size", "4MiB"])
+        .args(["--random-blocks", "64KiB", "--json"])
+        .arg(&json)
+        .arg("--shm-dir")
+        .arg(d.path().join("shm"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("eff range") && text.contains("fio range"),
+        "{text}"
+    );
+    assert!(text.contains("the median run of 2"), "{text}");
+    assert!(
+        text.contains("--ioengine=psync") && text.contains("--end_fsync=1"),
+        "{text}"
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // n-n and n-1, write and read, and the random write.
+    assert_eq!(rows.len(), 5, "{rows:#?}");
+    for r in &rows {
+        assert_eq!(r["runs"], 2, "{r}");
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(f("effective_low_mb_s") <= f("effective_mb_s"), "{r}");
+        assert!(f("effective_mb_s") <= f("effective_high_mb_s"), "{r}");
+        assert!(f("fio_low_mb_s") > 0.0, "{r}");
+        assert!(f("fio_low_mb_s") <= f("fio_mb_s") && f("fio_mb_s") <= f("fio_high_mb_s"));
+    }
+    // Neither side's files stay: fio's last write was read and removed.
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "files left: {left:?}");
+}

@@ -53,6 +53,9 @@ pub struct Options {
     pub fsync: bool,
     /// Run fio with the matching job beside each test (local directories).
     pub fio: bool,
+    /// Runs of each phase (alternated with fio's job, with `fio`): each
+    /// row is the median run, beside the range of them all.
+    pub runs: usize,
     /// Write the rows as JSON.
     pub json: Option<PathBuf>,
     /// Write the rows as CSV.
@@ -85,8 +88,8 @@ fn fio_job(p: Phase, workers: u64, fsync: bool) -> fio::Job {
 /// Runs the benchmark and prints its table; `worker` makes the command
 /// line of a worker process (`macrolink iobench-worker`).
 pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
-    if a.workers == 0 || a.file_size == 0 {
-        bail!("workers and file size must be positive");
+    if a.workers == 0 || a.file_size == 0 || a.runs == 0 {
+        bail!("workers, file size and runs must be positive");
     }
     let (target, scratch) = match &a.target {
         Some(t) => (t.clone(), None),
@@ -146,7 +149,7 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
         ),
     };
     let workers = crew.size();
-    let phases = a.patterns.len() * a.sizes.len() * 2 + random.len();
+    let phases = (a.patterns.len() * a.sizes.len() * 2 + random.len()) * a.runs;
     let pb = if std::io::stderr().is_terminal() && crew.reports() {
         progress::bar(phases as u64)
     } else {
@@ -175,37 +178,51 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
             size,
         });
     }
-    let steps = jobs.len();
-    for (step, p) in jobs.into_iter().enumerate() {
+    let steps = jobs.len() * a.runs;
+    let mut step = 0;
+    for p in jobs {
         pb.set_message(format!(
             "{} {} {}",
             p.layout.name(),
             p.op.name(),
             human(p.xfer)
         ));
-        // Each write phase, ours and fio's, writes new files, with the
-        // file system idle: fio removes its files after reading them, and
-        // writing over ours, left in the page cache by the phase before,
-        // copied into pages already there (fio's writes made new ones).
-        let writes = p.op != Op::Read;
-        if writes && crew.reports() {
-            if let Err(e) = cleanup(&location, workers, a) {
-                eprintln!("iobench: the files of the phase before stay ({e:#}): written over");
-            }
-            rustix::fs::sync();
-        }
-        let Some(times) = crew.phase(step, &p.to_string())? else {
-            continue;
-        };
-        let mut row = IoRow::from_times(p.op, p.layout, p.xfer, &times);
-        if let (true, Some(dir)) = (a.fio, &local_dir) {
-            if writes {
+        // Each run of ours, then one of fio's: a minute that is slow for
+        // the machine (its host, its supply of new pages) falls on both.
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..a.runs {
+            step += 1;
+            // Each write run, ours and fio's, writes new files, with the
+            // file system idle: fio's are removed before it writes, and
+            // writing over ours, left in the page cache by the run before,
+            // copied into pages already there (fio's writes made new ones).
+            let writes = p.op != Op::Read;
+            if writes && crew.reports() {
+                if let Err(e) = cleanup(&location, workers, a) {
+                    eprintln!("iobench: the files of the run before stay ({e:#}): written over");
+                }
                 rustix::fs::sync();
             }
-            row.fio_mb_s = Some(fio::run(dir, &fio_job(p, workers, a.fsync))?);
+            let Some(times) = crew.phase(step - 1, &p.to_string())? else {
+                continue;
+            };
+            ours.push(IoRow::from_times(p.op, p.layout, p.xfer, &times));
+            if let (true, Some(dir)) = (a.fio, &local_dir) {
+                if writes {
+                    rustix::fs::sync();
+                }
+                theirs.push(fio::run(dir, &fio_job(p, workers, a.fsync))?);
+            }
+            pb.inc(1);
         }
-        rows.push(row);
-        pb.inc(1);
+        // fio's files stay from its write runs through its read runs (a
+        // read job without them would lay out files of its own first).
+        let lead = crew.reports();
+        if let (true, true, Some(dir), false) = (a.fio, lead, &local_dir, p.op == Op::Write) {
+            fio::remove_files(dir)?;
+        }
+        rows.extend(IoRow::of_runs(ours, &theirs));
     }
     pb.finish_and_clear();
     let lead = crew.finish(steps)?;
@@ -228,6 +245,12 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
             ""
         }
     );
+    if a.runs > 1 {
+        println!("{}", runs_note(a.runs, a.fio));
+    }
+    if a.fio && local_dir.is_some() {
+        println!("{}", fio_note(workers, a.fsync));
+    }
     if let Some(p) = &a.json {
         macrolink_bench::report::write_json(p, &rows).with_context(|| p.display().to_string())?;
     }
@@ -238,6 +261,38 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
         report::plot(p, &rows)?;
     }
     Ok(())
+}
+
+/// What a row of several runs gives.
+fn runs_note(runs: usize, fio: bool) -> String {
+    let mut s = format!(
+        "each row: the median run of {runs} by effective bandwidth (of an even number, the \
+         slower of the middle two), its open and close times that run's; eff range: the \
+         lowest and highest run"
+    );
+    if fio {
+        s += &format!(
+            "; fio MB/s: the median of fio's {runs} runs, fio range: their lowest and highest"
+        );
+    }
+    s
+}
+
+/// The regime of fio's runs beside ours.
+fn fio_note(workers: u64, fsync: bool) -> String {
+    format!(
+        "fio: the same job in the same directory, run after each run of ours: \
+         --ioengine=psync (a blocking pwrite or pread a block at a time, as each worker of \
+         ours), --numjobs={workers} processes, the same block size and bytes a worker, \
+         page-aligned buffers (--iomem_align=4096), reads from the page cache \
+         (--invalidate=0), files grown as they are written (--fallocate=none), new files for \
+         each write run{}; fio's time leaves out opening its files, which ours counts",
+        if fsync {
+            ", --end_fsync=1 (its fsync's time counted, as our close's is)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Removes the files the workers made.

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use super::held::watched;
 use crate::stalls::Stalled;
+use crate::stats::median_run;
 
 /// What `cp` did through a lane of the testbed: each column's figures are
 /// of its median run (of an even number of runs, the slower of the middle
@@ -72,15 +73,6 @@ struct Once {
     machine: Stalled,
     /// Of a download: the bytes of its source cached as it began.
     source_cached: u64,
-}
-
-/// The index of the median of `rates` (of an even number, the slower of
-/// the middle two): a run that was, whose figures go together. `None` for
-/// none.
-pub(super) fn median_run(rates: &[f64]) -> Option<usize> {
-    let mut order: Vec<usize> = (0..rates.len()).collect();
-    order.sort_by(|&a, &b| rates[a].total_cmp(&rates[b]));
-    order.get(rates.len().saturating_sub(1) / 2).copied()
 }
 
 /// Writes `data` to a new file `path` in 1 MiB writes (as cp's receiver
@@ -426,14 +418,5 @@ mod tests {
         }
         let none = copied("1 file, 5 bytes in 1.00 s (0.0 MB/s)").unwrap();
         assert_eq!(terse(&none.held), "n.a.");
-    }
-
-    #[test]
-    fn the_median_run_is_one_that_was_and_of_two_the_slower() {
-        assert_eq!(median_run(&[]), None);
-        assert_eq!(median_run(&[5.0]), Some(0));
-        assert_eq!(median_run(&[300.0, 100.0, 200.0]), Some(2));
-        assert_eq!(median_run(&[300.0, 100.0]), Some(1));
-        assert_eq!(median_run(&[4.0, 1.0, 3.0, 2.0]), Some(3));
     }
 }

@@ -81,10 +81,14 @@ impl Job {
     }
 }
 
-/// Runs `job` in `dir`; fio's bandwidth in 10^6 bytes per second. Files are
-/// kept after a write job for the read job that follows, and removed after
-/// any other.
+/// Runs `job` in `dir`; fio's bandwidth in 10^6 bytes per second. A job
+/// that writes starts from no files of fio's (written over, the pages of
+/// the run before would be there already); its files stay for the read
+/// jobs that follow, until [`remove_files`].
 pub fn run(dir: &Path, job: &Job) -> anyhow::Result<f64> {
+    if job.rw != Rw::Read {
+        remove_files(dir)?;
+    }
     let out = Command::new(TOOL.program)
         .args(job.args(dir))
         .output()
@@ -92,14 +96,18 @@ pub fn run(dir: &Path, job: &Job) -> anyhow::Result<f64> {
     if !out.status.success() {
         bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    if job.rw != Rw::Write {
-        for e in std::fs::read_dir(dir)?.flatten() {
-            if e.file_name().to_string_lossy().starts_with("fio.") {
-                let _ = std::fs::remove_file(e.path());
-            }
+    bandwidth(&out.stdout, job.rw)
+}
+
+/// Removes the files fio's jobs made in `dir` (`fio.*`).
+pub fn remove_files(dir: &Path) -> anyhow::Result<()> {
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_name().to_string_lossy().starts_with("fio.") {
+            std::fs::remove_file(e.path())
+                .with_context(|| format!("removing {}", e.path().display()))?;
         }
     }
-    bandwidth(&out.stdout, job.rw)
+    Ok(())
 }
 
 /// fio's aggregate bandwidth (MB/s) for `rw` from its JSON output.
@@ -146,5 +154,42 @@ mod tests {
         assert!(!a.contains(&"--end_fsync=1".to_string()));
         let json = br#"note: x {"jobs":[{"read":{"bw_bytes":2000000},"write":{"bw_bytes":0}}]}"#;
         assert_eq!(bandwidth(json, Rw::Read).unwrap(), 2.0);
+    }
+
+    #[test]
+    fn fios_files_stay_from_its_write_through_its_reads_and_go_when_told() {
+        let d = tempfile::tempdir().unwrap();
+        let files = || {
+            let mut v: Vec<String> = std::fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let write = Job {
+            rw: Rw::Write,
+            shared_file: false,
+            bs: 64 << 10,
+            size: 1 << 20,
+            numjobs: 2,
+            end_fsync: false,
+        };
+        // A file of an earlier run: a write starts without it.
+        std::fs::write(d.path().join("fio.stale"), b"x").unwrap();
+        assert!(run(d.path(), &write).unwrap() > 0.0);
+        let written = files();
+        assert_eq!(written.len(), 2, "a file a job: {written:?}");
+        assert!(!written.contains(&"fio.stale".to_string()), "{written:?}");
+        let read = Job {
+            rw: Rw::Read,
+            ..write
+        };
+        for _ in 0..2 {
+            assert!(run(d.path(), &read).unwrap() > 0.0);
+            assert_eq!(files(), written, "a read keeps fio's files for the next");
+        }
+        remove_files(d.path()).unwrap();
+        assert!(files().is_empty());
     }
 }
