@@ -215,13 +215,14 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     let mut s = Session::open(exe, None)?;
     let mut rows = Vec::new();
     let (n, secs) = (a.iterations, a.seconds);
-    let lat_in = |s: &mut Session, t, m, c, size| -> anyhow::Result<Lat> {
+    let lat_n = |s: &mut Session, t, m, c, size, n| -> anyhow::Result<Lat> {
         let u = s.client().latency(Test::PingPong, t, m, c, size, n)?.usec;
         Ok(Lat {
             median: u.median,
             p99: Some(u.p99),
         })
     };
+    let lat_in = |s: &mut Session, t, m, c, size| lat_n(s, t, m, c, size, n);
     let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
         let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
         rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
@@ -412,6 +413,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         (Transport::Udp, Mode::Datagram, true),
     ] {
         let mut s = Session::open(exe, None)?;
+        // Each run of ours lasts as long as the stretch a sockperf run
+        // counts: of a run of its iterations before them (not counted),
+        // as many as that takes.
+        let span = sockperf::counted(secs * 2.0);
+        let matched = |s: &mut Session, c| -> anyhow::Result<u64> {
+            Ok(iterations_for(span, lat_n(s, t, m, c, 64, n)?.median, n))
+        };
         for (c, regime, ours_regime, peer_regime) in [
             (
                 Completion::Poll,
@@ -421,9 +429,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             ),
             (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
         ] {
+            let iters = matched(&mut s, c)?;
             let (ours, theirs, pairs) = alternated(
                 ALTERNATIONS,
-                || lat_in(&mut s, t, m, c, 64),
+                || lat_n(&mut s, t, m, c, 64, iters),
                 has_sockperf.then_some(|| {
                     opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(Lat::from)
                 }),
@@ -481,9 +490,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         // message costs in system calls, switches and work.
         let pin = OneProcessor::pin()?;
         let mut one = Session::open(exe, None)?;
+        let iters = matched(&mut one, Completion::Wait)?;
         let (ours, theirs, pairs) = alternated(
             ALTERNATIONS,
-            || lat_in(&mut one, t, m, Completion::Wait, 64),
+            || lat_n(&mut one, t, m, Completion::Wait, 64, iters),
             has_sockperf.then_some(|| {
                 opt(sockperf::ping_pong(
                     udp,
@@ -787,6 +797,14 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 (TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
 -R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
 
+/// Iterations of a ping-pong whose half round trip took `half_rt_us` that
+/// last `span`: `floor` at least, a hundred times it at most.
+fn iterations_for(span: Duration, half_rt_us: f64, floor: u64) -> u64 {
+    let round_trip = 2.0 * half_rt_us.max(1e-3) * 1e-6;
+    let n = (span.as_secs_f64() / round_trip) as u64;
+    n.clamp(floor, floor.saturating_mul(100))
+}
+
 /// Why the bare ping-pong rows are a floor, not a peer.
 const SLEEP_FLOOR: &str = "two threads of this process in a ping-pong over loopback, \
 no transport of ours in it, each sleeping in one poll of the three descriptors a waiting \
@@ -897,6 +915,18 @@ mod tests {
         assert_eq!(j["pairs"], serde_json::json!([1.75, 2.5]));
         let j = serde_json::to_value(&rows[1]).unwrap();
         assert!(j.get("pairs").is_none() && j.get("host").is_none(), "{j}");
+    }
+
+    #[test]
+    fn a_run_of_ours_beside_sockperf_lasts_as_long_as_its_counted_run() {
+        let span = Duration::from_millis(1600);
+        // 5 us a half round trip: 160,000 round trips in 1.6 s.
+        assert_eq!(iterations_for(span, 5.0, 20_000), 160_000);
+        // 40 us: 20,000; slower, the floor; far faster, a hundred floors.
+        assert_eq!(iterations_for(span, 40.0, 20_000), 20_000);
+        assert_eq!(iterations_for(span, 400.0, 20_000), 20_000);
+        assert_eq!(iterations_for(span, 0.001, 20_000), 2_000_000);
+        assert_eq!(iterations_for(span, 0.0, 20_000), 2_000_000);
     }
 
     #[test]

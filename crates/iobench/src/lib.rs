@@ -220,7 +220,7 @@ pub fn run(a: &Options, worker: &dyn Fn() -> Command) -> anyhow::Result<()> {
         // read job without them would lay out files of its own first).
         let lead = crew.reports();
         if let (true, true, Some(dir), false) = (a.fio, lead, &local_dir, p.op == Op::Write) {
-            fio::remove_files(dir)?;
+            fio::remove_files(dir, &fio_job(p, workers, a.fsync))?;
         }
         rows.extend(IoRow::of_runs(ours, &theirs));
     }

@@ -6,6 +6,10 @@ use std::process::Command;
 
 use super::Tool;
 
+/// How the names of the files fio's jobs make begin: a job's number (or
+/// `shared`) follows.
+const PREFIX: &str = "iobench-fio.";
+
 /// The tool.
 pub const TOOL: Tool = Tool {
     program: "fio",
@@ -69,10 +73,10 @@ impl Job {
             "--output-format=json".into(),
         ];
         if self.shared_file {
-            a.push("--filename=fio.shared".into());
+            a.push(format!("--filename={PREFIX}shared"));
             a.push(format!("--offset_increment={}", self.size));
         } else {
-            a.push("--filename_format=fio.$jobnum".into());
+            a.push(format!("--filename_format={PREFIX}$jobnum"));
         }
         if self.end_fsync && self.rw != Rw::Read {
             a.push("--end_fsync=1".into());
@@ -87,7 +91,7 @@ impl Job {
 /// jobs that follow, until [`remove_files`].
 pub fn run(dir: &Path, job: &Job) -> anyhow::Result<f64> {
     if job.rw != Rw::Read {
-        remove_files(dir)?;
+        remove_files(dir, job)?;
     }
     let out = Command::new(TOOL.program)
         .args(job.args(dir))
@@ -99,12 +103,21 @@ pub fn run(dir: &Path, job: &Job) -> anyhow::Result<f64> {
     bandwidth(&out.stdout, job.rw)
 }
 
-/// Removes the files fio's jobs made in `dir` (`fio.*`).
-pub fn remove_files(dir: &Path) -> anyhow::Result<()> {
-    for e in std::fs::read_dir(dir)?.flatten() {
-        if e.file_name().to_string_lossy().starts_with("fio.") {
-            std::fs::remove_file(e.path())
-                .with_context(|| format!("removing {}", e.path().display()))?;
+/// Removes the files `job` makes in `dir`, by their names: nothing else
+/// there is touched.
+pub fn remove_files(dir: &Path, job: &Job) -> anyhow::Result<()> {
+    let names: Vec<String> = if job.shared_file {
+        vec![format!("{PREFIX}shared")]
+    } else {
+        (0..job.numjobs).map(|j| format!("{PREFIX}{j}")).collect()
+    };
+    for n in names {
+        let path = dir.join(n);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -140,7 +153,7 @@ mod tests {
             end_fsync: true,
         };
         let a = j.args(Path::new("/d"));
-        assert!(a.contains(&"--filename=fio.shared".to_string()));
+        assert!(a.contains(&"--filename=iobench-fio.shared".to_string()));
         assert!(a.contains(&"--offset_increment=1048576".to_string()));
         assert!(a.contains(&"--end_fsync=1".to_string()));
         assert!(a.contains(&"--fallocate=none".to_string()), "as iobench's");
@@ -175,12 +188,21 @@ mod tests {
             numjobs: 2,
             end_fsync: false,
         };
-        // A file of an earlier run: a write starts without it.
-        std::fs::write(d.path().join("fio.stale"), b"x").unwrap();
+        // A longer file of an earlier run, which a write into it would
+        // leave as long: a write starts without it. A file of someone
+        // else's stays.
+        std::fs::write(d.path().join("iobench-fio.0"), vec![1u8; 2 << 20]).unwrap();
+        std::fs::write(d.path().join("fio.conf"), b"x").unwrap();
         assert!(run(d.path(), &write).unwrap() > 0.0);
         let written = files();
-        assert_eq!(written.len(), 2, "a file a job: {written:?}");
-        assert!(!written.contains(&"fio.stale".to_string()), "{written:?}");
+        assert_eq!(written, ["fio.conf", "iobench-fio.0", "iobench-fio.1"]);
+        let len = std::fs::metadata(d.path().join("iobench-fio.0"))
+            .unwrap()
+            .len();
+        assert_eq!(
+            len, write.size,
+            "a new file, not the longer one written over"
+        );
         let read = Job {
             rw: Rw::Read,
             ..write
@@ -189,7 +211,7 @@ mod tests {
             assert!(run(d.path(), &read).unwrap() > 0.0);
             assert_eq!(files(), written, "a read keeps fio's files for the next");
         }
-        remove_files(d.path()).unwrap();
-        assert!(files().is_empty());
+        remove_files(d.path(), &read).unwrap();
+        assert_eq!(files(), ["fio.conf"]);
     }
 }

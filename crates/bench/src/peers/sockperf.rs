@@ -41,6 +41,22 @@ impl Regime {
     }
 }
 
+/// What sockperf leaves out of its figures at a run's start (its default
+/// `--pre-warmup-wait` and warm-up: "Warm up time=400 msec").
+pub const WARM_UP: Duration = Duration::from_millis(400);
+
+/// How long [`ping_pong`] runs for: `secs` rounded up to whole seconds
+/// (sockperf's `-t`), one at least.
+fn run_secs(secs: f64) -> f64 {
+    secs.ceil().max(1.0)
+}
+
+/// The stretch of a [`ping_pong`] of `secs` seconds that its figures are
+/// of: its run less its warm-up.
+pub fn counted(secs: f64) -> Duration {
+    Duration::from_secs_f64(run_secs(secs)).saturating_sub(WARM_UP)
+}
+
 /// Ping-pong latency (half round trip) of `size`-byte messages over UDP
 /// or TCP on loopback, for `secs` seconds, both sides in `regime`.
 pub fn ping_pong(udp: bool, size: usize, secs: f64, regime: Regime) -> anyhow::Result<Latency> {
@@ -60,7 +76,7 @@ pub fn ping_pong(udp: bool, size: usize, secs: f64, regime: Regime) -> anyhow::R
             .args(proto)
             .args(regime.args(true))
             .args(["-i", "127.0.0.1", "-p", &port, "-m", &size.to_string()])
-            .args(["-t", &format!("{}", secs.ceil().max(1.0))]),
+            .args(["-t", &format!("{}", run_secs(secs))]),
         Duration::from_secs(60),
     )?;
     parse(&out).with_context(|| format!("sockperf said: {out}"))
@@ -83,6 +99,21 @@ pub fn parse(out: &str) -> Option<Latency> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_counts_its_whole_seconds_less_the_warm_up() {
+        assert_eq!(counted(2.0), Duration::from_millis(1600));
+        assert_eq!(
+            counted(1.2),
+            Duration::from_millis(1600),
+            "-t takes whole seconds"
+        );
+        assert_eq!(
+            counted(0.1),
+            Duration::from_millis(600),
+            "one second at least"
+        );
+    }
 
     #[test]
     fn the_median_and_p99_are_read() {
