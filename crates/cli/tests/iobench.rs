@@ -28,14 +28,25 @@ fn rows(target: &str, shm: &std::path::Path, json: &std::path::Path) -> Vec<serd
         .env("MACROLINK_SECRET", SECRET)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = succeeded(&out);
     assert!(text.contains("eff MB/s"), "{text}");
     serde_json::from_slice::<Vec<serde_json::Value>>(&std::fs::read(json).unwrap()).unwrap()
+}
+
+/// The standard output of a run that must have succeeded.
+fn succeeded(out: &std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}{err}");
+    text
+}
+
+/// A temporary directory with an empty `data` directory in it.
+fn with_data() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    (d, data)
 }
 
 fn check(rows: &[serde_json::Value], with_random: bool) {
@@ -57,9 +68,7 @@ fn check(rows: &[serde_json::Value], with_random: bool) {
 
 #[test]
 fn iobench_on_a_directory_adds_up_and_cleans_up() {
-    let d = tempfile::tempdir().unwrap();
-    let data = d.path().join("data");
-    std::fs::create_dir(&data).unwrap();
+    let (d, data) = with_data();
     let r = rows(
         data.to_str().unwrap(),
         &d.path().join("shm"),
@@ -93,9 +102,7 @@ fn iobench_on_an_export_adds_up_and_cleans_up() {
 
 #[test]
 fn iobench_under_a_launcher_runs_one_worker_per_rank() {
-    let d = tempfile::tempdir().unwrap();
-    let data = d.path().join("data");
-    std::fs::create_dir(&data).unwrap();
+    let (d, data) = with_data();
     let json = d.path().join("r.json");
     // What a launcher does: the same command once per rank, with its rank.
     let ranks: Vec<_> = (0..3)
@@ -129,9 +136,7 @@ fn iobench_under_a_launcher_runs_one_worker_per_rank() {
 
 #[test]
 fn iobench_beside_fio_alternates_runs_and_says_how_fio_ran() {
-    let d = tempfile::tempdir().unwrap();
-    let data = d.path().join("data");
-    std::fs::create_dir(&data).unwrap();
+    let (d, data) = with_data();
     let json = d.path().join("r.json");
     let out = Command::new(EXE)
         .args(["iobench", data.to_str().unwrap(), "--fio", "--runs", "2"])
@@ -142,12 +147,7 @@ fn iobench_beside_fio_alternates_runs_and_says_how_fio_ran() {
         .arg(d.path().join("shm"))
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(
         text.contains("eff range") && text.contains("fio range"),
         "{text}"
