@@ -2,8 +2,8 @@
 //! and turns what both sides measured into rows.
 
 use macrolink_fabric::{
-    Addr, Completion, Endpoint, Error, IoBuf, Mode, Node, RegionKey, Result, Target, Transport,
-    DEFAULT_RING,
+    Addr, Completion, Endpoint, Error, IoBuf, Mode, Node, Pages, RegionKey, Result, Target,
+    Transport, DEFAULT_RING,
 };
 use macrolink_wire::HEADER_LEN;
 use std::collections::{HashMap, VecDeque};
@@ -39,6 +39,8 @@ pub struct BwSpec {
     /// A reliable run brings back when its messages arrived
     /// ([`BwRow::arrivals`]).
     pub arrivals: bool,
+    /// The pages both sides' buffers lie on.
+    pub pages: Pages,
 }
 
 /// The initiator of benchmark runs.
@@ -204,6 +206,7 @@ impl Client {
             window,
             pace,
             arrivals,
+            pages,
         } = spec;
         let mut row = BwRow {
             transport: transport.to_string(),
@@ -219,6 +222,7 @@ impl Client {
             msgs_per_s: None,
             cpu_initiator: None,
             cpu_target: None,
+            pages: pages.to_string(),
             arrivals: Vec::new(),
         };
         if mode == Mode::Datagram && size > self.mtu {
@@ -233,9 +237,10 @@ impl Client {
             size: size as u64,
             count,
             arrivals: arrivals && mode == Mode::Reliable,
+            pages,
         })?;
         // Page-aligned, as ucx_perftest's and iperf3's buffers are.
-        let mut payload = IoBuf::new(size)?;
+        let mut payload = IoBuf::on(size, pages)?;
         payload.fill(0xa5);
         let mark = Mark::now();
         let t0 = clock_ns();
@@ -369,6 +374,7 @@ impl Client {
             size: size as u64,
             count,
             arrivals: false,
+            pages: Pages::Base,
         };
         // A few iterations first give the round trip, which bounds the
         // warm-up's time (a long link takes milliseconds an iteration).
@@ -494,6 +500,7 @@ impl Client {
             size: 8,
             count: probes,
             arrivals: false,
+            pages: Pages::Base,
         })?;
         self.sync(t, transport)?;
         let mut best = (f64::MAX, 0.0);
@@ -605,6 +612,7 @@ impl Client {
             size: size as u64,
             count,
             arrivals: false,
+            pages: Pages::Base,
         })?;
         self.sync(t, transport)?;
         let out = vec![0x77u8; size];
@@ -635,6 +643,7 @@ impl Client {
             size: 0,
             count: 0,
             arrivals: false,
+            pages: Pages::Base,
         };
         self.ctl.write(t, &s.encode())
     }

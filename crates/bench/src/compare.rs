@@ -1,7 +1,7 @@
 //! `macrolink bench compare`: ours and the established tools in one run,
 //! with the ratio of each figure.
 
-use macrolink_fabric::{Completion, Mode, Transport};
+use macrolink_fabric::{Completion, Mode, Pages, Transport};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -12,10 +12,10 @@ use crate::proto::Test;
 use crate::session::Session;
 use crate::sleeps;
 use crate::sweep;
-use crate::wake;
 
 mod alternate;
 mod chart;
+mod sleeping;
 mod table;
 
 use alternate::{
@@ -535,124 +535,27 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         }
     }
 
-    eprintln!("shm reliable 1 MB, waiting ...");
     // A waiting reader of large messages takes them by rendezvous: beside
     // UCX's event-driven mode, whose shared-memory rendezvous is the same
-    // one cross-memory copy. Three runs of each side alternated, and their
-    // medians: one run of either moves by a fifth with the machine.
-    {
-        let size = 1_000_000usize;
-        const TLS: &str = "posix,cma,self";
-        // The receiving side's CPU time beyond UCX's start-up: from a run
-        // of a few iterations made the same way.
-        let short = has_ucx
-            .then(|| opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, 10)))
-            .flatten();
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
-        let (mut ours_both, mut theirs_both) = (Vec::new(), Vec::new());
-        let (mut pairs_bw, mut pairs_both) = (Pairs::default(), Pairs::default());
-        for _ in 0..3 {
-            let (r, f, took) = pairs_bw.run(
-                || {
-                    bw(
-                        &mut s,
-                        Transport::Shm,
-                        Mode::Reliable,
-                        Completion::Wait,
-                        size,
-                    )
-                },
-                |r| {
-                    has_ucx
-                        .then(|| {
-                            let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
-                            opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters))
-                        })
-                        .flatten()
-                },
-                |r, f| r.mb_per_s.map(|o| (o, f.mb_per_s)),
-            )?;
-            let both = r.cpu_initiator.zip(r.cpu_target).map(|(a, b)| a + b);
-            ours.extend(r.mb_per_s);
-            ours_cpu.extend(r.cpu_target);
-            ours_both.extend(both);
-            theirs.extend(f.map(|f| f.mb_per_s));
-            let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
-            theirs_cpu.extend(cpu);
-            let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
-            let their_both = cpu.zip(client).map(|(a, b)| a + b);
-            theirs_both.extend(their_both);
-            if let Some((o, t)) = both.zip(their_both) {
-                pairs_both.push(o, t, took);
-            }
-        }
-        let ours = median(ours);
-        rows.push(
-            row(
-                &format!("shm reliable {size} B, median of 3"),
-                "MB/s",
-                ours,
-                "ucx_perftest tag_bw -E sleep (posix,cma)",
-                median(theirs),
-                Goal::AtLeast(1.0),
-            )
-            .regimes(WAIT, "sleep")
-            .pairs(pairs_bw),
-        );
-        let ours_cpu = median(ours_cpu);
-        // UCX's receiver pulls a rendezvous message with its own
-        // cross-memory read; ours is written into by the sender. So the
-        // receivers alone compare unlike work: the goal is on both sides
-        // together, each side's CPU time over its run.
-        rows.push(
-            row(
-                &format!("shm reliable {size} B, receiver CPU"),
-                "%",
-                ours_cpu,
-                "ucx_perftest -E sleep, its receiver (copies)",
-                median(theirs_cpu),
-                Goal::Info,
-            )
-            .regimes(WAIT, "sleep"),
-        );
-        // What one wake-up a message costs a thread here with nothing else
-        // in it, at our messages a second: under that no reader woken
-        // once a message can go.
-        if let Some(rate) = ours.map(|mb| mb * 1e6 / size as f64) {
-            let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
-            let wake = opt(wake::measure(WAKES, interval));
-            rows.push(
-                row(
-                    &format!("shm reliable {size} B, receiver CPU"),
-                    "%",
-                    ours_cpu,
-                    &wake.map_or("a bare wake-up a message (futex)".into(), |w| {
-                        format!(
-                            "a bare wake-up: {:.1} us, waker {:.0}, late {:.0}",
-                            w.cpu_us, w.waker_us, w.late_us
-                        )
-                    }),
-                    wake.map(|w| w.pct_at(rate)),
-                    Goal::Info,
-                )
-                .regimes(WAIT, "sleep")
-                .note(WAKE_FLOOR),
-            );
-        }
-        rows.push(
-            row(
-                &format!("shm reliable {size} B, CPU of both sides"),
-                "%",
-                median(ours_both),
-                "ucx_perftest -E sleep, client + server",
-                median(theirs_both),
-                Goal::AtMost(1.0),
-            )
-            .regimes(WAIT, "sleep")
-            .pairs(pairs_both),
-        );
-    }
+    // one cross-memory copy, on the same pages as ours: at 1 MB base
+    // pages (with the floor of one wake-up a message), at 4 MB huge pages
+    // (the least at which UCX takes them).
+    eprintln!("shm reliable 1 MB, waiting ...");
+    rows.extend(sleeping::rows(
+        &mut s,
+        has_ucx,
+        secs,
+        1_000_000,
+        Pages::Base,
+    )?);
+    eprintln!("shm reliable 4 MB on huge pages, waiting ...");
+    rows.extend(sleeping::rows(
+        &mut s,
+        has_ucx,
+        secs,
+        4_000_000,
+        Pages::Huge,
+    )?);
 
     eprintln!("wait-mode CPU ...");
     for (t, m) in [
@@ -823,20 +726,6 @@ reader on the processor it runs on, so no wake-up crosses processors, and the ti
 system calls, the switches and the work that a message costs each side. Where idle \
 processors halt (a virtual machine), a wake-up across processors is most of a waiting \
 row's time; here it is none of it.";
-
-/// Wake-ups timed for the floor under a waiting reader's CPU.
-const WAKES: u64 = 5_000;
-
-/// Why the second receiver row's peer is a floor, not a tool.
-const WAKE_FLOOR: &str = "a thread of this process woken (a futex) once a message at \
-our messages a second, with nothing else to do: its CPU time a wake-up, the switch into it \
-and back out, times our messages a second. A reader woken once a message cannot use less \
-of a core; the 10% limit of the target-CPU row needs this floor under it. waker: the median \
-time of the waking call (where idle processors halt, as on a virtual machine, the \
-interrupt to the sleeper's processor is made inside it); late: the median time from that \
-call to the sleeper running. A sender that rings a sleeping reader once a message pays \
-the first each message, and the reader takes the second to be back: both bound a waiting \
-stream's bandwidth where the peer's receiver never sleeps.";
 
 /// Whether a `UCX_TLS` list names shared-memory transports only.
 fn shared_memory_only(tls: &str) -> bool {

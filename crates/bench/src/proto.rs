@@ -1,7 +1,7 @@
 //! Control messages between the two sides of a benchmark: fixed little-endian
 //! records, decoded with a typed error, never a panic.
 
-use macrolink_fabric::{Completion, Mode, Transport};
+use macrolink_fabric::{Completion, Mode, Pages, Transport};
 use thiserror::Error;
 
 /// What a run measures.
@@ -102,6 +102,9 @@ pub struct Start {
     /// A reliable bandwidth run: the target notes when its messages
     /// arrive and sends the notes back in its [`Done`].
     pub arrivals: bool,
+    /// The pages the target's receive buffer lies on (and the
+    /// initiator's send buffer, in a bandwidth run).
+    pub pages: Pages,
 }
 
 const START_LEN: usize = 24;
@@ -124,6 +127,7 @@ const TRANSPORTS: [Transport; 4] = [
     Transport::Ucx,
 ];
 const COMPLETIONS: [Completion; 2] = [Completion::Poll, Completion::Wait];
+const PAGES: [Pages; 2] = [Pages::Base, Pages::Huge];
 
 impl Start {
     /// Wire form.
@@ -134,6 +138,7 @@ impl Start {
         b[2] = code(&TRANSPORTS, self.transport);
         b[3] = code(&COMPLETIONS, self.completion);
         b[4] = u8::from(self.arrivals);
+        b[5] = code(&PAGES, self.pages);
         b[8..16].copy_from_slice(&self.size.to_le_bytes());
         b[16..24].copy_from_slice(&self.count.to_le_bytes());
         b
@@ -161,6 +166,7 @@ impl Start {
             size,
             count: u64_at(16),
             arrivals: b[4] & 1 != 0,
+            pages: pick(&PAGES, "pages", b[5])?,
         })
     }
 }
@@ -232,12 +238,14 @@ mod tests {
             size: 4_000_000,
             count: 77,
             arrivals: false,
+            pages: Pages::Base,
         };
         assert_eq!(Start::decode(&s.encode()), Ok(s));
         let a = Start {
             test: Test::Bandwidth,
             mode: Mode::Reliable,
             arrivals: true,
+            pages: Pages::Huge,
             ..s
         };
         assert_eq!(Start::decode(&a.encode()), Ok(a));
@@ -259,6 +267,12 @@ mod tests {
         assert!(matches!(
             Start::decode(&b),
             Err(ProtoError::Unknown { field: "test", .. })
+        ));
+        let mut b = [0u8; START_LEN];
+        b[5] = 2;
+        assert!(matches!(
+            Start::decode(&b),
+            Err(ProtoError::Unknown { field: "pages", .. })
         ));
         assert!(Done::decode(&[0; 33]).is_err());
         for n in 0..64 {

@@ -39,6 +39,8 @@ pub struct BwRow {
     pub cpu_initiator: Option<f64>,
     /// CPU % of the target.
     pub cpu_target: Option<f64>,
+    /// The pages both sides' buffers lay on (`base`, `huge`).
+    pub pages: String,
     /// When the target's messages arrived, a reliable run's when asked
     /// for: [the host's monotonic clock in nanoseconds, messages so far],
     /// for every message or, past [`crate::server::MAX_ARRIVALS`], at even

@@ -118,7 +118,7 @@ impl Server {
 
     fn run(&mut self, s: &Start, peer: Addr) -> Result<Done> {
         let size = s.size as usize;
-        self.buf.ensure(size)?;
+        self.buf.ensure_on(size, s.pages)?;
         // One deadline for the run, not a clock read per message.
         self.deadline =
             Instant::now() + PATIENCE + Duration::from_micros(s.count.saturating_mul(100));

@@ -3,7 +3,7 @@
 //! transports × sizes for latency; one row each, with a progress bar.
 
 use anyhow::bail;
-use macrolink_fabric::{Completion, Mode, Transport};
+use macrolink_fabric::{Completion, Mode, Pages, Transport};
 
 use crate::client::{BwSpec, Client};
 use crate::progress::bar;
@@ -35,6 +35,8 @@ pub struct Bandwidth {
     pub warm: Option<f64>,
     /// The counted runs bring back when their messages arrived.
     pub arrivals: bool,
+    /// The pages both sides' buffers lie on.
+    pub pages: Pages,
 }
 
 impl Bandwidth {
@@ -51,6 +53,7 @@ impl Bandwidth {
             pace: None,
             warm: None,
             arrivals: false,
+            pages: Pages::Base,
         }
     }
 
@@ -87,6 +90,7 @@ impl Bandwidth {
                 window: self.window,
                 pace: self.pace,
                 arrivals: false,
+                pages: self.pages,
             };
             if let Some(w) = self.warm {
                 client.warm(spec, w)?;

@@ -112,6 +112,42 @@ fn bw_rows_are_consistent_and_written_three_ways() {
     assert_eq!(&std::fs::read(&p).unwrap()[..4], b"\x89PNG");
 }
 
+/// Large messages to a waiting target over shared memory, both sides'
+/// buffers on huge pages: the target reads them into its buffer on huge
+/// pages (the sender places them there), every byte counted.
+#[test]
+fn bw_on_huge_pages_carries_every_byte_and_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("bw.json");
+    for pages in ["huge", "base"] {
+        run(&[
+            "bench",
+            "bw",
+            "--transport",
+            "shm",
+            "--mode",
+            "reliable",
+            "--completion",
+            "wait",
+            "--sizes",
+            "3000000",
+            "--count",
+            "30",
+            "--pages",
+            pages,
+            "--json",
+            j.to_str().unwrap(),
+        ]);
+        let rows = json(&j);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(r["pages"], pages, "{r}");
+        assert_eq!(num(r, "delivered"), 30.0, "{r}");
+        assert_eq!(num(r, "bytes"), 3e6 * 30.0, "{r}");
+        assert!(num(r, "mb_per_s") > 0.0, "{r}");
+    }
+}
+
 #[test]
 fn a_warm_up_runs_before_the_counted_run_and_is_left_out_of_it() {
     let d = tempfile::tempdir().unwrap();

@@ -55,6 +55,6 @@ pub use transport::sys::clock_ns;
 pub use transport::ucx::{Missing as UcxMissing, UcxOptions};
 pub use transport::Caps;
 pub use types::{
-    Addr, Completion, EndpointConfig, Mode, PutHandle, Recv, RecvKind, RegionKey, Stats, Target,
-    Timings, Transport, UnknownName,
+    Addr, Completion, EndpointConfig, Mode, Pages, PutHandle, Recv, RecvKind, RegionKey, Stats,
+    Target, Timings, Transport, UnknownName,
 };

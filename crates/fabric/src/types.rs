@@ -113,6 +113,19 @@ pub enum Completion {
 
 named!(Completion, Completion::Poll => "poll", Completion::Wait => "wait");
 
+/// The pages a buffer lies on ([`IoBuf::on`](crate::IoBuf::on)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pages {
+    /// Whatever the system gives an anonymous mapping (on most, 4 KiB).
+    #[default]
+    Base,
+    /// Transparent huge pages: the buffer starts on a huge page and the
+    /// kernel is asked to back it with them (`MADV_HUGEPAGE`).
+    Huge,
+}
+
+named!(Pages, Pages::Base => "base", Pages::Huge => "huge");
+
 /// A target made by [`Endpoint::target`](crate::Endpoint::target).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Target(pub(crate) u32);

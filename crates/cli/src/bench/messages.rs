@@ -9,7 +9,7 @@ use macrolink_bench::report;
 use macrolink_bench::server::Server;
 use macrolink_bench::session::{Session, TARGET_NODE};
 use macrolink_bench::sweep;
-use macrolink_fabric::{Completion, Mode, Node, Transport};
+use macrolink_fabric::{Completion, Mode, Node, Pages, Transport};
 use macrolink_testbed::ready::Line;
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -78,6 +78,11 @@ pub struct BwArgs {
     /// most a row), to count runs made at once over their common span.
     #[arg(long, requires = "json")]
     arrivals: bool,
+    /// The pages both sides' buffers lie on: huge asks for transparent
+    /// huge pages, into which a large message placed over shared memory
+    /// is copied about twice as fast.
+    #[arg(long, default_value = "base", value_parser = one_of::<Pages>(Pages::NAMES))]
+    pages: Pages,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -182,6 +187,7 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         pace: a.pace,
         warm: a.warm,
         arrivals: a.arrivals,
+        pages: a.pages,
     };
     let mut rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::bw_table(&rows));
