@@ -53,11 +53,24 @@ fn introduced(dir: &std::path::Path) -> (Node, Node, Endpoint, Endpoint, Target)
     (a, b, rx, tx, t)
 }
 
+/// Writes `sent` to `t` from a thread of its own, after the reader has
+/// had time to fall asleep on its first read (so its offer is up when the
+/// first message goes); the thread gives the writer back.
+fn write_later(mut tx: Endpoint, t: Target, sent: Vec<Vec<u8>>) -> thread::JoinHandle<Endpoint> {
+    thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        for m in &sent {
+            tx.write(t, m).unwrap();
+        }
+        tx
+    })
+}
+
 #[test]
 fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
     let _watch = watchdog(120, "placed messages");
     let dir = tempfile::tempdir().unwrap();
-    let (_a, _b, mut rx, mut tx, t) = pair(dir.path());
+    let (_a, _b, mut rx, tx, t) = pair(dir.path());
     let sizes = [MIB, 3 * MIB + 17, 512 << 10, MIB, 100, 2 * MIB, MIB];
     let sent: Vec<Vec<u8>> = (0..4 * sizes.len())
         .map(|i| message(i, sizes[i % sizes.len()]))
@@ -65,18 +78,7 @@ fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
     // Made before the writer starts its clock: 112 MB take a while in a
     // debug build on a busy host.
     let mut got = vec![vec![0u8; 4 * MIB]; sent.len()];
-    let writer = {
-        let sent = sent.clone();
-        thread::spawn(move || {
-            // The reader is asleep on its first read by now: its offer is
-            // up when the first message goes.
-            thread::sleep(Duration::from_millis(200));
-            for m in &sent {
-                tx.write(t, m).unwrap();
-            }
-            tx
-        })
-    };
+    let writer = write_later(tx, t, sent.clone());
     for (i, buf) in got.iter_mut().enumerate() {
         let r = rx.read_timeout(buf, Duration::from_secs(30)).unwrap();
         assert_eq!(r.expect("a message within 30 s").len, sent[i].len());
@@ -98,20 +100,11 @@ fn large_messages_to_a_waiting_read_are_placed_whole_and_in_order() {
 fn messages_placed_into_a_buffer_on_huge_pages_arrive_whole() {
     let _watch = watchdog(120, "placed on huge pages");
     let dir = tempfile::tempdir().unwrap();
-    let (_a, _b, mut rx, mut tx, t) = pair(dir.path());
+    let (_a, _b, mut rx, tx, t) = pair(dir.path());
     let sizes = [3 * MIB + 17, MIB, 2 * MIB + 4095];
     let sent: Vec<Vec<u8>> = (0..9).map(|i| message(i, sizes[i % 3])).collect();
     let mut buf = IoBuf::on(4 * MIB, Pages::Huge).unwrap();
-    let writer = {
-        let sent = sent.clone();
-        thread::spawn(move || {
-            thread::sleep(Duration::from_millis(200));
-            for m in &sent {
-                tx.write(t, m).unwrap();
-            }
-            tx
-        })
-    };
+    let writer = write_later(tx, t, sent.clone());
     for (i, m) in sent.iter().enumerate() {
         buf.fill(0);
         let r = rx.read_timeout(&mut buf, Duration::from_secs(30)).unwrap();
