@@ -35,8 +35,9 @@ pub(super) fn rows(
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let on = match pages {
-        Pages::Base => String::new(),
-        Pages::Huge => ", huge pages".into(),
+        Pages::Base => "",
+        // Transparent huge pages (the row's note says so).
+        Pages::Huge => " thp",
     };
     let theirs_on = match pages {
         Pages::Base => "",
