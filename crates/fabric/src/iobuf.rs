@@ -55,11 +55,12 @@ impl IoBuf {
                 // Whole huge pages from a huge page boundary: a mapping one
                 // huge page longer always holds them. What lies before the
                 // boundary is never touched, so never backed.
+                let too_large = || io::Error::other("buffer too large");
                 let whole = len
                     .max(1)
                     .checked_next_multiple_of(HUGE_PAGE)
-                    .ok_or_else(|| io::Error::other("buffer too large"))?;
-                let map = MmapMut::map_anon(whole + HUGE_PAGE)?;
+                    .ok_or_else(too_large)?;
+                let map = MmapMut::map_anon(whole.checked_add(HUGE_PAGE).ok_or_else(too_large)?)?;
                 let start =
                     (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
                 // Advice, not a promise: without huge pages the buffer is
@@ -182,5 +183,6 @@ mod tests {
         b.ensure_on(10, Pages::Base).unwrap();
         assert_eq!((b.len(), b.pages()), (5_000_000, Pages::Base));
         assert!(IoBuf::on(0, Pages::Huge).unwrap().is_empty());
+        assert!(IoBuf::on(usize::MAX - HUGE_PAGE, Pages::Huge).is_err());
     }
 }
