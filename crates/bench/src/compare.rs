@@ -227,8 +227,6 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
         rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
     };
-    let ucx =
-        |tls: &str, test: &str, size: usize, iters: u64| ucx_perftest::run(tls, test, size, iters);
 
     eprintln!("shm latency ...");
     let (ours, theirs, pairs) = alternated(
@@ -260,7 +258,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             |r| {
                 let iters = peer_iters(r, 20_000.0, secs, size);
                 has_ucx
-                    .then(|| opt(ucx("posix,cma,self", "ucp_put_bw", size, iters)))
+                    .then(|| opt(ucx_put("posix,cma,self", size, iters)))
                     .flatten()
                     .map(|f| f.mb_per_s)
             },
@@ -372,7 +370,11 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         )?
         .mb_per_s;
         let iters = peer_iters(ours, 4_000.0, secs, 1_000_000);
-        let theirs = opt(ucx("tcp", "tag_bw", 1_000_000, iters).map(|f| f.mb_per_s));
+        // Its own window: ours keeps as many messages in flight as the
+        // connection's buffers hold.
+        let window = ucx_perftest::DEFAULT_WINDOW;
+        let theirs = opt(ucx_perftest::run("tcp", "tag_bw", 1_000_000, iters, window));
+        let theirs = theirs.map(|f| f.mb_per_s);
         rows.push(
             row(
                 "tcp reliable 1000000 B",
@@ -664,7 +666,7 @@ fn ucx_rows(
             },
             |r| {
                 let iters = peer_iters(r, 10_000.0, a.seconds, size);
-                opt(ucx_perftest::run(tls, "ucp_put_bw", size, iters).map(|f| f.mb_per_s))
+                opt(ucx_put(tls, size, iters).map(|f| f.mb_per_s))
             },
         )?;
         // Over shared memory UCX puts into memory it allocated itself
@@ -685,6 +687,12 @@ fn ucx_rows(
         rows.push(if shm { r.note(UCX_SHM_PUT) } else { r });
     }
     Ok(())
+}
+
+/// `ucx_perftest ucp_put_bw` over `tls`, as many puts in flight as ours.
+fn ucx_put(tls: &str, size: usize, iters: u64) -> anyhow::Result<ucx_perftest::Figures> {
+    let window = sweep::PUT_WINDOW as u32;
+    ucx_perftest::run(tls, "ucp_put_bw", size, iters, window)
 }
 
 /// Why the UCX shared-memory put rows have no target.

@@ -39,6 +39,10 @@ pub struct Bandwidth {
     pub pages: Pages,
 }
 
+/// Puts in flight in a run of [`Bandwidth::one`] (and `bench bw`'s
+/// default).
+pub const PUT_WINDOW: usize = 16;
+
 impl Bandwidth {
     /// One transport, mode, completion and size, run for `seconds`.
     pub fn one(t: Transport, m: Mode, c: Completion, size: usize, seconds: f64) -> Bandwidth {
@@ -47,7 +51,7 @@ impl Bandwidth {
             modes: vec![m],
             completions: vec![c],
             sizes: vec![size],
-            window: 16,
+            window: PUT_WINDOW,
             seconds,
             count: None,
             pace: None,

@@ -22,6 +22,9 @@ use crate::wake;
 /// UCX's shared-memory transports with its cross-memory copy.
 const TLS: &str = "posix,cma,self";
 
+/// Both sides of every run here wait.
+const WAIT_C: Completion = Completion::Wait;
+
 /// Wake-ups timed for the floor under a waiting reader's CPU.
 const WAKES: u64 = 5_000;
 
@@ -46,9 +49,13 @@ pub(super) fn rows(
     // The receiving side's CPU time beyond UCX's start-up: from a run of a
     // few iterations made the same way.
     let short = has_ucx
-        .then(|| opt(ucx_perftest::run_sleeping(TLS, "tag_bw", size, 10, pages)))
+        .then(|| {
+            opt(ucx_perftest::run_sleeping(
+                TLS, "tag_bw", size, 10, pages, 1,
+            ))
+        })
         .flatten();
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours, mut theirs, mut windowed) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
     let (mut ours_both, mut theirs_both) = (Vec::new(), Vec::new());
     let (mut pairs_bw, mut pairs_both) = (Pairs::default(), Pairs::default());
@@ -57,13 +64,7 @@ pub(super) fn rows(
             || {
                 let plan = sweep::Bandwidth {
                     pages,
-                    ..sweep::Bandwidth::one(
-                        Transport::Shm,
-                        Mode::Reliable,
-                        Completion::Wait,
-                        size,
-                        secs,
-                    )
+                    ..sweep::Bandwidth::one(Transport::Shm, Mode::Reliable, WAIT_C, size, secs)
                 };
                 let mut rows = plan.run(s.client())?;
                 rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
@@ -73,14 +74,28 @@ pub(super) fn rows(
                     .then(|| {
                         let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
                         opt(ucx_perftest::run_sleeping(
-                            TLS, "tag_bw", size, iters, pages,
+                            TLS, "tag_bw", size, iters, pages, 1,
                         ))
                     })
                     .flatten()
             },
             |r, f| r.mb_per_s.map(|o| (o, f.mb_per_s)),
         )?;
-        let both = r.cpu_initiator.zip(r.cpu_target).map(|(a, b)| a + b);
+        // UCX with its own window, beside the pair: not judged.
+        if has_ucx {
+            let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
+            let window = ucx_perftest::DEFAULT_WINDOW;
+            let w = ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters, pages, window);
+            windowed.extend(opt(w).map(|f| f.mb_per_s));
+        }
+        // Both sides' CPU time a gigabyte: the two runs move bytes at
+        // different rates, and a side woken once a message uses more of a
+        // core the faster they come.
+        let both = r
+            .cpu_initiator
+            .zip(r.cpu_target)
+            .zip(r.mb_per_s)
+            .and_then(|((a, b), mb)| ms_per_gb(a + b, mb));
         ours.extend(r.mb_per_s);
         ours_cpu.extend(r.cpu_target);
         ours_both.extend(both);
@@ -88,7 +103,10 @@ pub(super) fn rows(
         let cpu = f.zip(short).and_then(|(f, short)| f.server_cpu_pct(&short));
         theirs_cpu.extend(cpu);
         let client = f.zip(short).and_then(|(f, short)| f.client_cpu_pct(&short));
-        let their_both = cpu.zip(client).map(|(a, b)| a + b);
+        let their_both = cpu
+            .zip(client)
+            .zip(f)
+            .and_then(|((a, b), f)| ms_per_gb(a + b, f.mb_per_s));
         theirs_both.extend(their_both);
         if let Some((o, t)) = both.zip(their_both) {
             pairs_both.push(o, t, took);
@@ -100,7 +118,7 @@ pub(super) fn rows(
         &format!("shm reliable {size} B{on}, median of 3"),
         "MB/s",
         ours,
-        &format!("ucx_perftest tag_bw -E sleep (posix,cma{theirs_on})"),
+        &format!("ucx_perftest tag_bw -O 1 -E sleep (posix,cma{theirs_on})"),
         their_bw,
         Goal::AtLeast(1.0),
     )
@@ -110,6 +128,21 @@ pub(super) fn rows(
         bw_row = bw_row.note(HUGE_PAGES);
     }
     rows.push(bw_row);
+    rows.push(
+        row(
+            &format!("shm reliable {size} B{on}, median of 3"),
+            "MB/s",
+            ours,
+            &format!(
+                "tag_bw -O {} -E sleep (posix,cma{theirs_on})",
+                ucx_perftest::DEFAULT_WINDOW
+            ),
+            median(windowed),
+            Goal::Info,
+        )
+        .regimes(WAIT, "sleep")
+        .note(ONE_IN_FLIGHT),
+    );
     let ours_cpu = median(ours_cpu);
     // UCX's receiver pulls a rendezvous message with its own cross-memory
     // read; ours is written into by the sender. So the receivers alone
@@ -126,6 +159,40 @@ pub(super) fn rows(
         )
         .regimes(WAIT, "sleep"),
     );
+    // Both halves of the goal at once: our reader's CPU with the messages
+    // coming at the rate UCX's reached (ours being at least as fast).
+    if let Some(pace) = their_bw
+        .filter(|t| ours.is_some_and(|o| o >= *t))
+        .map(|mb| mb * 1e6 / size as f64)
+    {
+        let mut cpu = Vec::new();
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let plan = sweep::Bandwidth {
+                pages,
+                pace: Some(pace),
+                ..sweep::Bandwidth::one(Transport::Shm, Mode::Reliable, WAIT_C, size, secs)
+            };
+            if let Some(r) = plan.run(s.client())?.pop() {
+                cpu.extend(r.cpu_target);
+                got.extend(r.mb_per_s);
+            }
+        }
+        rows.push(
+            row(
+                &format!("shm reliable {size} B{on}, receiver CPU at UCX's MB/s"),
+                "%",
+                median(cpu),
+                &median(got).map_or("limit: 10%, paced".into(), |mb| {
+                    format!("limit: 10%, ours paced to {mb:.0} MB/s")
+                }),
+                Some(10.0),
+                Goal::AtMost(1.0),
+            )
+            .regimes(WAIT, "-")
+            .note(PACED),
+        );
+    }
     // What one wake-up a message costs a thread here with nothing else in
     // it, at our messages a second: under that no reader woken once a
     // message can go.
@@ -173,7 +240,7 @@ pub(super) fn rows(
     rows.push(
         row(
             &format!("shm reliable {size} B{on}, CPU of both sides"),
-            "%",
+            "ms/GB",
             median(ours_both),
             "ucx_perftest -E sleep, client + server",
             median(theirs_both),
@@ -183,6 +250,13 @@ pub(super) fn rows(
         .pairs(pairs_both),
     );
     Ok(rows)
+}
+
+/// Milliseconds of CPU time a gigabyte moved by a run that kept `pct` %
+/// of a core busy at `mb_per_s`.
+/// `None` for a run that moved nothing.
+fn ms_per_gb(pct: f64, mb_per_s: f64) -> Option<f64> {
+    (mb_per_s > 0.0).then(|| pct * 1e4 / mb_per_s)
 }
 
 const WAKE_FLOOR: &str = "a thread of this process woken (a futex) once a message at \
@@ -201,6 +275,22 @@ the bandwidth the goal asks for. Where it is above the 10% limit, no such reader
 both halves of the goal (at least UCX's bandwidth, at most 10% of a core) on this machine; \
 only one that is woken less often than once a message could.";
 
+const PACED: &str = "our sender paced to the messages a second of ucx_perftest's \
+bandwidth in the judged row above (-O 1), where ours is at least as fast: the waiting \
+reader's CPU at the bandwidth the goal asks for, beside its 10% limit. A reader woken \
+once a message uses that much more of a core the faster the messages come: the \
+target-CPU rows at the end are at full speed.";
+
+const ONE_IN_FLIGHT: &str =
+    "the row above has one message in flight on each side: a reader of ours \
+offers one buffer, the one its read was given, and the sender writes the next message \
+once the reader has read the last and offered again; ucx_perftest with -O 1 sends the \
+next message once the last is received, and its receiver keeps one receive posted. By \
+default (-O 32, this row, not judged) it keeps 32 sends outstanding and as many \
+receives posted, so its receiver finds the next message waiting and seldom sleeps; a \
+read of ours that offered several buffers at once would be the like of it, and the \
+endpoint has none.";
+
 const HUGE_PAGES: &str = "both sides' buffers on transparent huge pages: ours \
 (bench bw --pages huge) start on a huge page with MADV_HUGEPAGE; ucx_perftest's with \
 UCX_ALLOC_PRIO=thp,mmap,heap, which UCX takes only where rounding a buffer up to whole \
@@ -210,3 +300,16 @@ about twice as fast (measured here, 1 MB process_vm_writev 12.8-13.1 GB/s into b
 24.4-27.6 into huge ones). The 1 MB rows above are on base pages both sides: ours mmap'd, \
 ucx_perftest's with UCX_ALLOC_PRIO=mmap,heap (its default, SysV shared memory, copies \
 slower).";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_a_gigabyte_is_the_cores_kept_busy_over_the_rate() {
+        // A core and a tenth at 8325 MB/s: 1.1047 s of CPU for 8.325 GB.
+        let ms = super::ms_per_gb(110.47, 8325.0).unwrap();
+        assert!((ms - 1104.7 / 8.325).abs() < 1e-9, "{ms}");
+        // Half the rate at the same CPU: twice the time a gigabyte.
+        assert!((super::ms_per_gb(110.47, 4162.5).unwrap() - 2.0 * ms).abs() < 1e-9);
+        assert_eq!(super::ms_per_gb(50.0, 0.0), None);
+    }
+}

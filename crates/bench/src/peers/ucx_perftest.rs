@@ -14,6 +14,11 @@ pub const TOOL: Tool = Tool {
     package: "ucx-utils",
 };
 
+/// How many sends `ucx_perftest` keeps outstanding in its bandwidth tests
+/// (`tag_bw`, `ucp_put_bw`) unless told otherwise (`-O`): the window of
+/// its table of tests. Its receiver keeps as many receives posted.
+pub const DEFAULT_WINDOW: u32 = 32;
+
 /// The iterations whose times `ucx_perftest` keeps (`TIMING_QUEUE_SIZE`):
 /// its percentiles are of the last this many, not of the whole run.
 pub const WINDOW: u64 = 2048;
@@ -62,9 +67,16 @@ impl Figures {
 
 /// Runs test `test` (`tag_lat`, `ucp_put_bw`, ...) of `size`-byte messages
 /// for `iters` iterations over the UCX transports `tls`, server and client
-/// on loopback, both busy polling.
-pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Figures> {
-    run_with(tls, test, size, iters, None, MEDIAN)
+/// on loopback, both busy polling, with at most `outstanding` sends not yet
+/// complete (`-O`; [`DEFAULT_WINDOW`] is its own).
+pub fn run(
+    tls: &str,
+    test: &str,
+    size: usize,
+    iters: u64,
+    outstanding: u32,
+) -> anyhow::Result<Figures> {
+    run_with(tls, test, size, iters, Some(outstanding), None, MEDIAN)
 }
 
 /// `tag_lat` of `size`-byte messages for `iters` iterations over `tls`,
@@ -73,7 +85,7 @@ pub fn run(tls: &str, test: &str, size: usize, iters: u64) -> anyhow::Result<Fig
 /// [`WINDOW`] iterations.
 pub fn latency(tls: &str, size: usize, iters: u64) -> anyhow::Result<Latency> {
     let at = |rank: f64| -> anyhow::Result<f64> {
-        let f = run_with(tls, "tag_lat", size, iters, None, rank)?;
+        let f = run_with(tls, "tag_lat", size, iters, None, None, rank)?;
         match f.rank {
             Some(r) if r == rank => Ok(f.latency_us),
             r => anyhow::bail!("ucx_perftest -R {rank} reported the percentile {r:?}"),
@@ -90,7 +102,8 @@ const MEDIAN: f64 = 50.0;
 
 /// As [`run`], both sides sleeping after posting their requests (`-E
 /// sleep`): UCX's event-driven mode, beside a waiting endpoint of ours,
-/// its buffers on the same pages as ours ([`alloc_prio`]).
+/// its buffers on the same pages as ours ([`alloc_prio`]), at most
+/// `outstanding` sends (and so receives) in flight.
 /// The client's CPU time is that of the children of this process that end
 /// during its run: no other may end meanwhile.
 pub fn run_sleeping(
@@ -99,8 +112,17 @@ pub fn run_sleeping(
     size: usize,
     iters: u64,
     pages: Pages,
+    outstanding: u32,
 ) -> anyhow::Result<Figures> {
-    run_with(tls, test, size, iters, Some(pages), MEDIAN)
+    run_with(
+        tls,
+        test,
+        size,
+        iters,
+        Some(outstanding),
+        Some(pages),
+        MEDIAN,
+    )
 }
 
 /// How `ucx_perftest` is told to allocate its buffers (`UCX_ALLOC_PRIO`)
@@ -124,21 +146,18 @@ fn run_with(
     test: &str,
     size: usize,
     iters: u64,
+    outstanding: Option<u32>,
     sleeping: Option<Pages>,
     rank: f64,
 ) -> anyhow::Result<Figures> {
-    let extra: &[&str] = if sleeping.is_some() {
-        &["-E", "sleep"]
-    } else {
-        &[]
-    };
+    let extra = mode_args(outstanding, sleeping.is_some());
     // Its default allocation where no pages are asked for.
     let alloc = sleeping.map(|p| ("UCX_ALLOC_PRIO", alloc_prio(p)));
     let port = free_port()?.to_string();
     let server = Server::start(
         Command::new(TOOL.program)
             .args(["-p", &port])
-            .args(extra)
+            .args(&extra)
             .envs(alloc)
             .env("UCX_TLS", tls),
         Duration::from_millis(400),
@@ -158,7 +177,7 @@ fn run_with(
                 "-R",
                 &rank.to_string(),
             ])
-            .args(extra)
+            .args(&extra)
             .envs(alloc)
             .env("UCX_TLS", tls),
         Duration::from_secs(120),
@@ -172,6 +191,19 @@ fn run_with(
         f.client_cpu = Some(Duration::from_nanos(client));
     }
     Ok(f)
+}
+
+/// The options both sides are given: `-E sleep` for a sleeping run, `-O
+/// n` for at most `n` sends outstanding.
+fn mode_args(outstanding: Option<u32>, sleeping: bool) -> Vec<String> {
+    let mut args = Vec::new();
+    if sleeping {
+        args.extend(["-E".into(), "sleep".into()]);
+    }
+    if let Some(n) = outstanding {
+        args.extend(["-O".into(), n.to_string()]);
+    }
+    args
 }
 
 /// The figures line of `ucx_perftest -f -v`: iterations, latency at the
@@ -227,6 +259,22 @@ mod tests {
         let l = super::latency("posix,self", 8, 2 * super::WINDOW).unwrap();
         assert!(l.median > 0.0 && l.median.is_finite(), "{l:?}");
         assert!(l.p99 > 0.0 && l.p99.is_finite(), "{l:?}");
+    }
+
+    #[test]
+    fn a_bandwidth_run_is_told_how_many_sends_to_keep_in_flight() {
+        assert_eq!(super::mode_args(Some(1), true), ["-E", "sleep", "-O", "1"]);
+        assert_eq!(super::mode_args(Some(32), false), ["-O", "32"]);
+        assert!(super::mode_args(None, false).is_empty());
+        // The tool takes it, both sides sleeping, one message in flight
+        // and its own window.
+        let pages = macrolink_fabric::Pages::Base;
+        for window in [1, super::DEFAULT_WINDOW] {
+            let f = super::run_sleeping("posix,cma,self", "tag_bw", 1 << 20, 200, pages, window)
+                .unwrap();
+            assert!(f.mb_per_s > 0.0 && f.mb_per_s.is_finite(), "{f:?}");
+            assert!(f.server_cpu.is_some() && f.client_cpu.is_some(), "{f:?}");
+        }
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct BwArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
     /// Puts in flight.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = sweep::PUT_WINDOW)]
     window: usize,
     /// Seconds per size (the count is picked from a warm-up run).
     #[arg(long, default_value_t = 0.3)]
