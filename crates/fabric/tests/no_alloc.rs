@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::nodes;
+use common::{nodes, pair, round_trip};
 use macrolink_fabric::{
     Completion, Endpoint, EndpointConfig, Mode, Node, NodeConfig, Transport, UcxOptions,
 };
@@ -49,15 +49,6 @@ fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
 }
 
-/// Endpoint `ep` of each node, both completing by `completion`.
-fn pair(a: &Node, b: &Node, ep: u32, completion: Completion) -> (Endpoint, Endpoint) {
-    let cfg = EndpointConfig {
-        completion,
-        ..EndpointConfig::default()
-    };
-    (a.open(ep, cfg).unwrap(), b.open(ep, cfg).unwrap())
-}
-
 #[test]
 fn a_message_allocates_nothing() {
     // The count sees this thread's allocations.
@@ -88,13 +79,7 @@ fn a_message_allocates_nothing() {
             // One exchange sets up the way back; a few hundred more fill
             // whatever grows to its working size (rings, staging, pools).
             let mut round = |x: &mut Endpoint, y: &mut Endpoint, msg: &[u8]| {
-                x.write(to_y, msg).unwrap();
-                let r = y.read(&mut buf).unwrap();
-                assert_eq!(r.len, msg.len());
-                let back = y.reply_target(&r, mode).unwrap();
-                y.write(back, msg).unwrap();
-                let r = x.read(&mut buf).unwrap();
-                assert_eq!((r.from, r.len), (y.addr(), msg.len()));
+                round_trip(x, y, to_y, mode, &mut buf, msg)
             };
             for &size in sizes {
                 let msg = vec![0x5a; size];

@@ -1,7 +1,9 @@
 //! Helpers shared by the fabric's test suites (each uses some of them).
 #![allow(dead_code)]
 
-use macrolink_fabric::{key, Addr, Endpoint, Key, Node, NodeConfig, Recv};
+use macrolink_fabric::{
+    key, Addr, Completion, Endpoint, EndpointConfig, Key, Mode, Node, NodeConfig, Recv, Target,
+};
 use macrolink_wire::{Challenge, FrameKind, Header, Proof, CHALLENGE_LEN, HEADER_LEN, MAC_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -127,6 +129,34 @@ pub fn nodes() -> (Node, Node, tempfile::TempDir) {
     a.add_peer(2, b.tcp_addr().unwrap());
     b.add_peer(1, a.tcp_addr().unwrap());
     (a, b, dir)
+}
+
+/// Endpoint `ep` of each node, both completing by `completion`.
+pub fn pair(a: &Node, b: &Node, ep: u32, completion: Completion) -> (Endpoint, Endpoint) {
+    let cfg = EndpointConfig {
+        completion,
+        ..EndpointConfig::default()
+    };
+    (a.open(ep, cfg).unwrap(), b.open(ep, cfg).unwrap())
+}
+
+/// `msg` from `x` to `y` over `to_y` and back in `mode`, both read into
+/// `buf`, both on this thread: each read finds its message there.
+pub fn round_trip(
+    x: &mut Endpoint,
+    y: &mut Endpoint,
+    to_y: Target,
+    mode: Mode,
+    buf: &mut [u8],
+    msg: &[u8],
+) {
+    x.write(to_y, msg).unwrap();
+    let r = y.read(buf).unwrap();
+    assert_eq!(r.len, msg.len());
+    let back = y.reply_target(&r, mode).unwrap();
+    y.write(back, msg).unwrap();
+    let r = x.read(buf).unwrap();
+    assert_eq!((r.from, r.len), (y.addr(), msg.len()));
 }
 
 /// Most messages a [`Flood`] writes.
