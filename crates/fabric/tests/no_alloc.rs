@@ -78,18 +78,15 @@ fn a_message_allocates_nothing() {
             let mut buf = vec![0u8; 1 << 20];
             // One exchange sets up the way back; a few hundred more fill
             // whatever grows to its working size (rings, staging, pools).
-            let mut round = |x: &mut Endpoint, y: &mut Endpoint, msg: &[u8]| {
-                round_trip(x, y, to_y, mode, &mut buf, msg)
-            };
             for &size in sizes {
                 let msg = vec![0x5a; size];
                 for _ in 0..300 {
-                    round(&mut x, &mut y, &msg);
+                    round_trip(&mut x, &mut y, to_y, mode, &mut buf, &msg);
                 }
                 let before = allocs();
                 let rounds = if size > 100_000 { 200 } else { 2000 };
                 for _ in 0..rounds {
-                    round(&mut x, &mut y, &msg);
+                    round_trip(&mut x, &mut y, to_y, mode, &mut buf, &msg);
                 }
                 let n = allocs() - before;
                 assert_eq!(
