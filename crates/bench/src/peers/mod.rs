@@ -16,6 +16,7 @@ pub mod fio;
 pub mod iperf3;
 pub mod sockperf;
 pub mod ucx_perftest;
+pub mod written;
 pub mod xrootd;
 
 use anyhow::{bail, Context};

@@ -6,6 +6,7 @@ use macrolink_fabric::Pages;
 use std::process::Command;
 use std::time::Duration;
 
+use super::written::Written;
 use super::{free_port, output, Latency, Server, Tool};
 
 /// The tool.
@@ -76,7 +77,11 @@ pub fn run(
     iters: u64,
     outstanding: u32,
 ) -> anyhow::Result<Figures> {
-    run_with(tls, test, size, iters, Some(outstanding), None, MEDIAN)
+    let how = How {
+        outstanding: Some(outstanding),
+        ..How::default()
+    };
+    run_with(tls, test, size, iters, how)
 }
 
 /// `tag_lat` of `size`-byte messages for `iters` iterations over `tls`,
@@ -85,7 +90,11 @@ pub fn run(
 /// [`WINDOW`] iterations.
 pub fn latency(tls: &str, size: usize, iters: u64) -> anyhow::Result<Latency> {
     let at = |rank: f64| -> anyhow::Result<f64> {
-        let f = run_with(tls, "tag_lat", size, iters, None, None, rank)?;
+        let how = How {
+            rank,
+            ..How::default()
+        };
+        let f = run_with(tls, "tag_lat", size, iters, how)?;
         match f.rank {
             Some(r) if r == rank => Ok(f.latency_us),
             r => anyhow::bail!("ucx_perftest -R {rank} reported the percentile {r:?}"),
@@ -102,7 +111,8 @@ const MEDIAN: f64 = 50.0;
 
 /// As [`run`], both sides sleeping after posting their requests (`-E
 /// sleep`): UCX's event-driven mode, beside a waiting endpoint of ours,
-/// its buffers on the same pages as ours ([`alloc_prio`]), at most
+/// its buffers on the same pages as ours ([`alloc_prio`]) and, unless
+/// `buffers` says otherwise, holding data as ours do, at most
 /// `outstanding` sends (and so receives) in flight.
 /// The client's CPU time is that of the children of this process that end
 /// during its run: no other may end meanwhile.
@@ -113,25 +123,26 @@ pub fn run_sleeping(
     iters: u64,
     pages: Pages,
     outstanding: u32,
+    buffers: Buffers,
 ) -> anyhow::Result<Figures> {
-    run_with(
-        tls,
-        test,
-        size,
-        iters,
-        Some(outstanding),
-        Some(pages),
-        MEDIAN,
-    )
+    let how = How {
+        outstanding: Some(outstanding),
+        sleeping: Some(pages),
+        buffers,
+        ..How::default()
+    };
+    run_with(tls, test, size, iters, how)
 }
 
 /// How `ucx_perftest` is told to allocate its buffers (`UCX_ALLOC_PRIO`)
-/// to lie on `pages`, as a buffer of ours ([`macrolink_fabric::IoBuf`]):
-/// by default it puts them in SysV shared memory, from which a
-/// cross-memory copy runs slower than from anonymous memory (measured
-/// here, 1 MB `tag_bw -E sleep` over posix,cma: 8.8-10.0 GB/s against
-/// 10.6-13.5). Base pages: anonymous memory from `mmap`, page-aligned, as
-/// ours. Huge: transparent huge pages, which UCX takes only where rounding
+/// to lie on `pages`, as a buffer of ours ([`macrolink_fabric::IoBuf`]);
+/// by default it puts them in SysV shared memory. Base pages: anonymous
+/// memory from `mmap`, page-aligned, as ours. (Where its buffers are
+/// written before the run, [`Buffers::Written`], the two copy alike: 1 MB
+/// `tag_bw -O 1 -E sleep` over posix,cma, four alternations on a 2-core
+/// Xeon VM, 7.8-10.8 GB/s from SysV and 8.3-10.2 from `mmap`. Never
+/// written, `mmap`'s pages are the zero page and gave 12.7-14.5, SysV's
+/// are not and gave 7.5-10.1.) Huge: transparent huge pages, which UCX takes only where rounding
 /// a buffer up to whole huge pages less than doubles it (more than 1 MiB
 /// of 2 MiB pages), falling back to `mmap`.
 pub fn alloc_prio(pages: Pages) -> &'static str {
@@ -141,49 +152,84 @@ pub fn alloc_prio(pages: Pages) -> &'static str {
     }
 }
 
-fn run_with(
-    tls: &str,
-    test: &str,
-    size: usize,
-    iters: u64,
+/// How a run is made beyond its test, size and length.
+#[derive(Clone, Copy, Debug)]
+struct How {
+    /// At most this many sends outstanding (`-O`); the tool's default
+    /// where `None`.
     outstanding: Option<u32>,
+    /// Both sides sleeping (`-E sleep`), their buffers on these pages;
+    /// busy polling where `None`.
     sleeping: Option<Pages>,
+    /// The percentile its latency column gives (`-R`).
     rank: f64,
-) -> anyhow::Result<Figures> {
+    buffers: Buffers,
+}
+
+impl Default for How {
+    fn default() -> How {
+        How {
+            outstanding: None,
+            sleeping: None,
+            rank: MEDIAN,
+            buffers: Buffers::Written,
+        }
+    }
+}
+
+fn run_with(tls: &str, test: &str, size: usize, iters: u64, how: How) -> anyhow::Result<Figures> {
+    let How {
+        outstanding,
+        sleeping,
+        rank,
+        buffers,
+    } = how;
     let extra = mode_args(outstanding, sleeping.is_some());
     // Its default allocation where no pages are asked for.
     let alloc = sleeping.map(|p| ("UCX_ALLOC_PRIO", alloc_prio(p)));
+    let written = match buffers {
+        Buffers::Written => Some(Written::new()?),
+        Buffers::AsTheToolLeavesThem => None,
+    };
+    let preload = |cmd: &mut Command| {
+        if let Some(w) = &written {
+            w.preload(cmd);
+        }
+    };
     let port = free_port()?.to_string();
-    let server = Server::start(
-        Command::new(TOOL.program)
-            .args(["-p", &port])
-            .args(&extra)
-            .envs(alloc)
-            .env("UCX_TLS", tls),
-        Duration::from_millis(400),
-    )?;
+    let mut server = Command::new(TOOL.program);
+    server
+        .args(["-p", &port])
+        .args(&extra)
+        .envs(alloc)
+        .env("UCX_TLS", tls);
+    preload(&mut server);
+    let server = Server::start(&mut server, Duration::from_millis(400))?;
     // The client is the one child that ends and is waited for meanwhile.
     let children = crate::clock::children_cpu_ns();
-    let out = output(
-        Command::new(TOOL.program)
-            .args(["127.0.0.1", "-p", &port, "-t", test])
-            .args([
-                "-s",
-                &size.to_string(),
-                "-n",
-                &iters.to_string(),
-                "-f",
-                "-v",
-                "-R",
-                &rank.to_string(),
-            ])
-            .args(&extra)
-            .envs(alloc)
-            .env("UCX_TLS", tls),
-        Duration::from_secs(120),
-    )?;
+    let mut client = Command::new(TOOL.program);
+    client
+        .args(["127.0.0.1", "-p", &port, "-t", test])
+        .args([
+            "-s",
+            &size.to_string(),
+            "-n",
+            &iters.to_string(),
+            "-f",
+            "-v",
+            "-R",
+            &rank.to_string(),
+        ])
+        .args(&extra)
+        .envs(alloc)
+        .env("UCX_TLS", tls);
+    preload(&mut client);
+    let out = output(&mut client, Duration::from_secs(120))?;
     let client = crate::clock::children_cpu_ns().saturating_sub(children);
     let mut f = parse(&out).with_context(|| format!("ucx_perftest said: {out}"))?;
+    if let Some(w) = &written {
+        w.check(size)?;
+    }
     // The server ends by itself after one run; its CPU time is what an
     // event-driven receiver costs (a busy one's is all of a core).
     if sleeping.is_some() {
@@ -191,6 +237,17 @@ fn run_with(
         f.client_cpu = Some(Duration::from_nanos(client));
     }
     Ok(f)
+}
+
+/// The buffers `ucx_perftest` moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffers {
+    /// Written once before its run, as an application's data would be
+    /// ([`Written`]): as ours are. Every run beside ours.
+    Written,
+    /// As the tool leaves them: the one it sends from never written, so a
+    /// copy out of it reads the kernel's zero page. Shown, not judged.
+    AsTheToolLeavesThem,
 }
 
 /// The options both sides are given: `-E sleep` for a sleeping run, `-O
@@ -267,11 +324,17 @@ mod tests {
         assert_eq!(super::mode_args(Some(32), false), ["-O", "32"]);
         assert!(super::mode_args(None, false).is_empty());
         // The tool takes it, both sides sleeping, one message in flight
-        // and its own window.
+        // and its own window, its buffers written or as it leaves them.
         let pages = macrolink_fabric::Pages::Base;
-        for window in [1, super::DEFAULT_WINDOW] {
-            let f = super::run_sleeping("posix,cma,self", "tag_bw", 1 << 20, 200, pages, window)
-                .unwrap();
+        let runs = [
+            (1, super::Buffers::Written),
+            (super::DEFAULT_WINDOW, super::Buffers::Written),
+            (1, super::Buffers::AsTheToolLeavesThem),
+        ];
+        for (window, buffers) in runs {
+            let tls = "posix,cma,self";
+            let f =
+                super::run_sleeping(tls, "tag_bw", 1 << 20, 200, pages, window, buffers).unwrap();
             assert!(f.mb_per_s > 0.0 && f.mb_per_s.is_finite(), "{f:?}");
             assert!(f.server_cpu.is_some() && f.client_cpu.is_some(), "{f:?}");
         }
