@@ -19,7 +19,8 @@ mod sleeping;
 mod table;
 
 use alternate::{
-    alternated, alternated_bw, median, peer_iters, Lat, Pairs, ALTERNATIONS, BRIEF_ALTERNATIONS,
+    alternated, alternated_bw, least_messages, median, Lat, Moved, Pairs, ALTERNATIONS,
+    BRIEF_ALTERNATIONS,
 };
 pub use alternate::{Host, Pair};
 
@@ -223,8 +224,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         })
     };
     let lat_in = |s: &mut Session, t, m, c, size| lat_n(s, t, m, c, size, n);
-    let bw = |s: &mut Session, t, m, c, size| -> anyhow::Result<crate::report::BwRow> {
-        let mut rows = sweep::Bandwidth::one(t, m, c, size, secs).run(s.client())?;
+    // At least `least` messages (a peer's run beside it moves as many).
+    let bw = |s: &mut Session, t, m, c, size, least| -> anyhow::Result<crate::report::BwRow> {
+        let plan = sweep::Bandwidth {
+            least,
+            ..sweep::Bandwidth::one(t, m, c, size, secs)
+        };
+        let mut rows = plan.run(s.client())?;
         rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
     };
 
@@ -254,11 +260,21 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         // Three runs of each side alternated, and their medians: one run
         // of either moves by a tenth with the machine's minute.
         let (ours, theirs, pairs) = alternated_bw(
-            || Ok(bw(&mut s, Transport::Shm, Mode::Put, Completion::Poll, size)?.mb_per_s),
+            || {
+                let least = least_messages(20_000.0, secs, size);
+                let r = bw(
+                    &mut s,
+                    Transport::Shm,
+                    Mode::Put,
+                    Completion::Poll,
+                    size,
+                    least,
+                )?;
+                Ok(Moved::from(&r))
+            },
             |r| {
-                let iters = peer_iters(r, 20_000.0, secs, size);
-                has_ucx
-                    .then(|| opt(ucx_put("posix,cma,self", size, iters)))
+                (has_ucx && r.mb_per_s.is_some())
+                    .then(|| opt(ucx_put("posix,cma,self", size, r.messages)))
                     .flatten()
                     .map(|f| f.mb_per_s)
             },
@@ -315,9 +331,10 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                     Mode::Reliable,
                     Completion::Wait,
                     size,
+                    0,
                 )?;
                 ours_cpu.extend(per_gb(r.cpu_target, r.mb_per_s));
-                Ok(r.mb_per_s)
+                Ok(Moved::from(&r))
             },
             |_| {
                 let run = iperf3::Run {
@@ -361,19 +378,21 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         );
     }
     if has_ucx {
-        let ours = bw(
+        let least = least_messages(4_000.0, secs, 1_000_000);
+        let r = bw(
             &mut s,
             Transport::Tcp,
             Mode::Reliable,
             Completion::Poll,
             1_000_000,
-        )?
-        .mb_per_s;
-        let iters = peer_iters(ours, 4_000.0, secs, 1_000_000);
+            least,
+        )?;
+        let (ours, iters) = (r.mb_per_s, r.sent);
         // Its own window: ours keeps as many messages in flight as the
         // connection's buffers hold.
         let window = ucx_perftest::DEFAULT_WINDOW;
-        let theirs = opt(ucx_perftest::run("tcp", "tag_bw", 1_000_000, iters, window));
+        let theirs =
+            ours.and_then(|_| opt(ucx_perftest::run("tcp", "tag_bw", 1_000_000, iters, window)));
         let theirs = theirs.map(|f| f.mb_per_s);
         rows.push(
             row(
@@ -566,7 +585,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         (Transport::Tcp, Mode::Put),
         (Transport::Tcp, Mode::Reliable),
     ] {
-        let r = bw(&mut s, t, m, Completion::Wait, 1_000_000)?;
+        let r = bw(&mut s, t, m, Completion::Wait, 1_000_000, 0)?;
         // A limit, not a peer's run. A put's target does nothing by
         // design (the initiator copies): the initiator's row says what
         // the bytes cost.
@@ -654,19 +673,22 @@ fn ucx_rows(
         // moves by a fifth from one minute to the next here.
         let (ours, theirs, pairs) = alternated_bw(
             || {
-                let mut r = sweep::Bandwidth::one(
-                    Transport::Ucx,
-                    Mode::Put,
-                    Completion::Poll,
-                    size,
-                    a.seconds,
-                )
-                .run(s.client())?;
-                Ok(r.pop().and_then(|r| r.mb_per_s))
+                let plan = sweep::Bandwidth {
+                    least: least_messages(10_000.0, a.seconds, size),
+                    ..sweep::Bandwidth::one(
+                        Transport::Ucx,
+                        Mode::Put,
+                        Completion::Poll,
+                        size,
+                        a.seconds,
+                    )
+                };
+                let r = plan.run(s.client())?.pop();
+                Ok(r.as_ref().map(Moved::from).unwrap_or_default())
             },
             |r| {
-                let iters = peer_iters(r, 10_000.0, a.seconds, size);
-                opt(ucx_put(tls, size, iters).map(|f| f.mb_per_s))
+                r.mb_per_s?;
+                opt(ucx_put(tls, size, r.messages).map(|f| f.mb_per_s))
             },
         )?;
         // Over shared memory UCX puts into memory it allocated itself

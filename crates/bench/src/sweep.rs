@@ -27,6 +27,10 @@ pub struct Bandwidth {
     pub seconds: f64,
     /// Messages per size instead of a duration.
     pub count: Option<u64>,
+    /// Messages per size at the least, where the count is picked from a
+    /// duration: a peer slow to reach its pace is given that many, and a
+    /// run of ours beside it moves as many.
+    pub least: u64,
     /// Messages a second at most (`None`: as fast as they go).
     pub pace: Option<f64>,
     /// Seconds of untimed traffic before each size's run, about (a
@@ -54,6 +58,7 @@ impl Bandwidth {
             window: PUT_WINDOW,
             seconds,
             count: None,
+            least: 0,
             pace: None,
             warm: None,
             arrivals: false,
@@ -99,10 +104,9 @@ impl Bandwidth {
             if let Some(w) = self.warm {
                 client.warm(spec, w)?;
             }
-            spec.count = match self.count {
-                Some(c) => c,
-                None => client.calibrate(spec, self.seconds)?,
-            };
+            spec.count = messages(self.count, self.least, || {
+                Ok(client.calibrate(spec, self.seconds)?)
+            })?;
             rows.push(client.bandwidth(BwSpec {
                 arrivals: self.arrivals,
                 ..spec
@@ -111,6 +115,20 @@ impl Bandwidth {
         }
         pb.finish_and_clear();
         Ok(rows)
+    }
+}
+
+/// The messages of a size's counted run: `count` where one is asked
+/// for, else those `calibrate` picks for the duration, and `least` at the
+/// least.
+fn messages(
+    count: Option<u64>,
+    least: u64,
+    calibrate: impl FnOnce() -> anyhow::Result<u64>,
+) -> anyhow::Result<u64> {
+    match count {
+        Some(c) => Ok(c),
+        None => Ok(calibrate()?.max(least)),
     }
 }
 
@@ -192,4 +210,20 @@ pub fn breakdown(
     each(transports, sizes, |t, size| {
         client.breakdown(t, size, count)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timed_run_moves_its_least_and_a_counted_one_its_count() {
+        // A second moved 1,200 messages: fewer than the least.
+        assert_eq!(messages(None, 10_000, || Ok(1_200)).unwrap(), 10_000);
+        assert_eq!(messages(None, 100, || Ok(1_200)).unwrap(), 1_200);
+        // A count asked for is kept, and nothing is calibrated.
+        let n = messages(Some(5), 10_000, || panic!("calibrated")).unwrap();
+        assert_eq!(n, 5);
+        assert!(messages(None, 1, || anyhow::bail!("no run")).is_err());
+    }
 }

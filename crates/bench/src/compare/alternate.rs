@@ -253,17 +253,38 @@ pub(super) fn alternated(
     Ok((ours, side(&b), pairs))
 }
 
+/// What a bandwidth run of ours moved: its rate, and how many messages,
+/// which the peer's run beside it moves too.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Moved {
+    pub(super) mb_per_s: Option<f64>,
+    pub(super) messages: u64,
+}
+
+impl From<&crate::report::BwRow> for Moved {
+    fn from(r: &crate::report::BwRow) -> Moved {
+        Moved {
+            mb_per_s: r.mb_per_s,
+            messages: r.sent,
+        }
+    }
+}
+
 /// Bandwidth runs of each side, three alternated: each side's median, and
 /// the pairs of each run of ours and the peer's right after it. `theirs`
-/// is given our run's figure (a peer's run moves as many bytes).
+/// is told what our run moved (a peer's run moves as many messages).
 pub(super) fn alternated_bw(
-    mut ours: impl FnMut() -> anyhow::Result<Option<f64>>,
-    mut theirs: impl FnMut(Option<f64>) -> Option<f64>,
+    mut ours: impl FnMut() -> anyhow::Result<Moved>,
+    mut theirs: impl FnMut(Moved) -> Option<f64>,
 ) -> anyhow::Result<(Option<f64>, Option<f64>, Pairs)> {
     let (mut a, mut b, mut pairs) = (Vec::new(), Vec::new(), Pairs::default());
     for _ in 0..3 {
-        let (o, t, _) = pairs.run(&mut ours, |&o| theirs(o), |o, &t| o.map(|o| (o, t)))?;
-        a.extend(o);
+        let (o, t, _) = pairs.run(
+            &mut ours,
+            |&o| theirs(o),
+            |o, &t| o.mb_per_s.map(|o| (o, t)),
+        )?;
+        a.extend(o.mb_per_s);
         b.extend(t);
     }
     Ok((median(a), median(b), pairs))
@@ -284,15 +305,16 @@ fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
         })
 }
 
-/// Iterations of a peer's bandwidth run of `size`-byte messages: as many
-/// bytes as ours moved (`ours` MB/s for `secs`), both sides timed over the
-/// same stretch of the machine; never fewer than `floor` MB/s would move in
-/// that time, for a peer slower than ours to reach its pace (`ucx_perftest`'s
-/// tcp puts of 4 MB start slowly: 302 of them took 5.3 s, 2,500 took 10.9 s,
-/// 230 against 890 MiB/s overall).
-pub(super) fn peer_iters(ours: Option<f64>, floor: f64, secs: f64, size: usize) -> u64 {
-    let mb_s = ours.map_or(floor, |v| v.max(floor));
-    ((mb_s * 1e6 * secs / size.max(1) as f64) as u64).clamp(100, 10_000_000)
+/// The fewest messages of `size` bytes a bandwidth pair's runs move: as
+/// many as `floor` MB/s moves in `secs`. A run of ours lasts `secs` or
+/// moves this many, whichever is more, and the peer's beside it moves as
+/// many messages as ours did: both sides timed over as many bytes, on the
+/// same stretch of the machine. The floor is for a peer that starts slowly
+/// (`ucx_perftest`'s tcp puts of 4 MB: 302 of them took 5.3 s, 2,500 took
+/// 10.9 s, 230 against 890 MiB/s overall); a run of ours that stopped at
+/// `secs` meanwhile would be timed over its own start alone.
+pub(super) fn least_messages(floor: f64, secs: f64, size: usize) -> u64 {
+    ((floor * 1e6 * secs / size.max(1) as f64) as u64).clamp(100, 10_000_000)
 }
 
 #[cfg(test)]
@@ -301,21 +323,26 @@ mod tests {
     use std::cell::RefCell;
 
     #[test]
-    fn a_peers_bandwidth_run_moves_what_ours_moved_and_no_less_than_its_floor() {
-        // Ours moved 66 GB/s for a second: 66,000 puts of 1 MB for theirs.
-        assert_eq!(peer_iters(Some(66_000.0), 20_000.0, 1.0, 1_000_000), 66_000);
-        // Ours slower than the floor, or no figure of ours: the floor.
-        assert_eq!(peer_iters(Some(1_200.0), 10_000.0, 1.0, 4_000_000), 2_500);
-        assert_eq!(peer_iters(None, 20_000.0, 0.5, 4_000_000), 2_500);
+    fn the_fewest_messages_of_a_pair_are_what_its_floor_moves_in_its_time() {
+        // 10 GB/s for a second: 10,000 puts of 1 MB, 2,500 of 4 MB.
+        assert_eq!(least_messages(10_000.0, 1.0, 1_000_000), 10_000);
+        assert_eq!(least_messages(20_000.0, 0.5, 4_000_000), 2_500);
         // Bounded both ways.
-        assert_eq!(peer_iters(Some(1.0), 1.0, 0.1, 4_000_000), 100);
-        assert_eq!(peer_iters(Some(1e9), 1.0, 10.0, 1), 10_000_000);
+        assert_eq!(least_messages(1.0, 0.1, 4_000_000), 100);
+        assert_eq!(least_messages(1e9, 10.0, 1), 10_000_000);
     }
 
     #[test]
-    fn bandwidth_runs_alternate_the_peer_moves_what_ours_did_and_a_missing_figure_is_no_pair() {
+    fn bandwidth_runs_alternate_the_peer_moves_as_many_messages_and_a_missing_figure_is_no_pair() {
         let order = RefCell::new(Vec::new());
-        let mut ours = [Some(10.0), None, Some(30.0)].into_iter();
+        let told = RefCell::new(Vec::new());
+        let moved = |mb_per_s, messages| Moved { mb_per_s, messages };
+        let mut ours = [
+            moved(Some(10.0), 300),
+            moved(None, 0),
+            moved(Some(30.0), 900),
+        ]
+        .into_iter();
         let (a, b, pairs) = alternated_bw(
             || {
                 order.borrow_mut().push("o");
@@ -323,12 +350,14 @@ mod tests {
             },
             |o| {
                 order.borrow_mut().push("t");
-                // Told what ours moved; fails after our failed run.
-                o.map(|v| v / 2.0 + 1.0)
+                told.borrow_mut().push(o.messages);
+                // Fails after our failed run.
+                o.mb_per_s.map(|v| v / 2.0 + 1.0)
             },
         )
         .unwrap();
         assert_eq!(order.into_inner(), ["o", "t", "o", "t", "o", "t"]);
+        assert_eq!(told.into_inner(), [300, 0, 900]);
         assert_eq!((a, b), (Some(20.0), Some(11.0)));
         assert_eq!(pairs.spread(), Some((10.0 / 6.0, 30.0 / 16.0)));
         assert_eq!(pairs.runs.len(), 2, "a missing figure is no pair");

@@ -12,7 +12,7 @@
 use macrolink_fabric::{Completion, Mode, Pages, Transport};
 use std::time::Duration;
 
-use super::alternate::{median, peer_iters, Pairs};
+use super::alternate::{least_messages, median, Pairs};
 use super::{opt, row, Goal, Row, WAIT};
 use crate::peers::ucx_perftest::{self, Buffers};
 use crate::session::Session;
@@ -68,15 +68,16 @@ pub(super) fn rows(
             || {
                 let plan = sweep::Bandwidth {
                     pages,
+                    least: least_messages(8_000.0, secs, size),
                     ..sweep::Bandwidth::one(Transport::Shm, Mode::Reliable, WAIT_C, size, secs)
                 };
                 let mut rows = plan.run(s.client())?;
                 rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
             },
             |r| {
-                has_ucx
+                (has_ucx && r.mb_per_s.is_some())
                     .then(|| {
-                        let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
+                        let iters = r.sent;
                         opt(ucx_perftest::run_sleeping(
                             TLS, "tag_bw", size, iters, pages, 1, WRITTEN,
                         ))
@@ -87,8 +88,8 @@ pub(super) fn rows(
         )?;
         // UCX with its own window, and UCX sending from a buffer it never
         // wrote, beside the pair: not judged.
-        if has_ucx {
-            let iters = peer_iters(r.mb_per_s, 8_000.0, secs, size);
+        if has_ucx && r.mb_per_s.is_some() {
+            let iters = r.sent;
             let window = ucx_perftest::DEFAULT_WINDOW;
             let w = ucx_perftest::run_sleeping(TLS, "tag_bw", size, iters, pages, window, WRITTEN);
             windowed.extend(opt(w).map(|f| f.mb_per_s));

@@ -184,6 +184,7 @@ pub fn bw(a: BwArgs) -> anyhow::Result<()> {
         window: a.window,
         seconds: a.seconds,
         count: a.count,
+        least: 0,
         pace: a.pace,
         warm: a.warm,
         arrivals: a.arrivals,
