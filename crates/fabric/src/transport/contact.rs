@@ -61,7 +61,8 @@ pub const RAIL_USER_TIMEOUT_MS: u32 = 2000;
 #[derive(Debug)]
 pub(crate) enum Dialled {
     Tcp(TcpStream),
-    Shm(ShmStream),
+    /// Boxed: a stream's rings and offers outweigh the other kinds.
+    Shm(Box<ShmStream>),
     Ucx(ucx::Contact),
 }
 
@@ -76,7 +77,7 @@ impl Dialled {
     ) -> Result<Box<dyn Connection>> {
         Ok(match self {
             Dialled::Tcp(s) => Box::new(Framed::new(peer, id, Tcp::new(s))),
-            Dialled::Shm(s) => Box::new(Framed::new(peer, id, s)),
+            Dialled::Shm(s) => Box::new(Framed::new(peer, id, *s)),
             Dialled::Ucx(c) => {
                 let port = ucx.ok_or(Error::Unreachable {
                     node: peer.node,
@@ -330,13 +331,13 @@ impl NodeShared {
                 let fds = [segment.as_fd(), hear.as_fd(), ring.as_fd(), keep.as_fd()];
                 self.hello(&mut s, hello, &fds, to)?;
                 drop((hear, ring, keep));
-                Ok(Dialled::Shm(ShmStream::new(
+                Ok(Dialled::Shm(Box::new(ShmStream::new(
                     map,
                     self.ring,
                     Side::Initiator,
                     s,
                     bells,
-                )?))
+                )?)))
             }
             Transport::Udp => Err(Error::Unsupported {
                 transport,
@@ -594,7 +595,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 let map = ShmStream::open(segment, h.total as usize)?;
                 let bells = Bells::from_peer([hear, ring, keep])?;
                 let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock, bells)?;
-                Ok(Dialled::Shm(stream))
+                Ok(Dialled::Shm(Box::new(stream)))
             })
         }
     }

@@ -10,17 +10,18 @@
 //!    addr, len; gen|OFFERED  ─────────►  a message >= PLACE_MIN, ring drained:
 //!    sleeps                               CAS gen|OFFERED -> gen|BUSY
 //!                                         process_vm_writev(reader, addr),
-//!                                           all but the last WAKE_AHEAD
+//!                                           all but the last `lead`
 //!  wakes: CAS gen|OFFERED -> IDLE  ◄────  doorbell, then the rest
 //!    fails on BUSY: spins                 `Placed` frame into the ring
 //!    fails on PLACED: the `Placed` frame  gen|PLACED
 //!    is next in the ring, the message in
-//!    the buffer
+//!    the buffer; how long it spun ──────► the next lead (`next_lead`)
 //! ```
 //!
 //! The doorbell rings before the copy ends: a sleeping reader takes some
 //! microseconds to wake, which the last part of the copy hides, and the
-//! next offer comes that much sooner.
+//! next offer comes that much sooner. How long before follows the
+//! reader's wake-ups: it says how long it spun on each copy.
 //!
 //! An offer lives for one sleep of one read and is withdrawn before the
 //! read goes on, so the buffer is the read's own until it returns. A
@@ -78,16 +79,52 @@ pub(crate) fn busy_limit(len: u64) -> Duration {
     BUSY_LIMIT + Duration::from_secs(len / BUSY_RATE)
 }
 
-/// How much of a placed message is left to copy when the sender wakes a
-/// sleeping reader: some 10 µs of copying, about what a wake-up takes.
-/// Measured here at 1 MB, waiting reader: 256 KiB woke it too early (it
-/// spun, 16-19 % of a core against 12 %), 64 KiB too late (1.05 times the
-/// bandwidth of no early ring), 128 KiB gave 1.12-1.15 times it at the
-/// same CPU a message. Where a wake-up takes longer (a virtual machine
-/// whose idle processors halt: the reader runs 28-40 µs after the ring)
-/// a longer lead buys bandwidth with the reader's spin: 320 KiB 14-19 %
-/// of a core, 640 KiB 40-43 %, against 12-14 %; the reader's core is kept.
-pub(crate) const WAKE_AHEAD: usize = 128 * 1024;
+/// How much of a placed message the sender leaves to copy when it wakes
+/// a sleeping reader (the lead) follows the reader's wake-ups, so that it
+/// is up about when the copy ends: a reader that finds the copy done
+/// woke late, and the next lead is [`LEAD_STEP`] longer; one that waited
+/// on the copy longer than [`SPIN_BUDGET`] woke early, and the next lead
+/// is a quarter shorter (a quarter step at the least, down to none); one
+/// that waited less keeps it. A fixed lead
+/// suits one host only: where a wake-up is quick (a few microseconds),
+/// 128 KiB had the reader spin on each copy's end, 13-15 % of a core at
+/// 1 MB against 5-7 % with none, at the same bandwidth within the runs'
+/// spread; where it takes 28-40 µs (a virtual machine whose idle
+/// processors halt), 128 KiB was too short, and each 160 KiB more bought
+/// some 5 % of bandwidth with the reader's spin.
+pub(crate) const LEAD_STEP: usize = 16 * 1024;
+
+/// The longest lead.
+pub(crate) const LEAD_MAX: usize = 512 * 1024;
+
+/// How long a reader may wait on an unfinished copy before the lead is
+/// taken as too long: at 10,000 messages a second, 2 % of a core.
+pub(crate) const SPIN_BUDGET: Duration = Duration::from_micros(2);
+
+/// The lead after a placed message whose reader waited `waited` on the
+/// copy (zero: it found the copy done).
+pub(crate) fn next_lead(lead: usize, waited: Duration) -> usize {
+    if waited.is_zero() {
+        (lead + LEAD_STEP).min(LEAD_MAX)
+    } else if waited > SPIN_BUDGET {
+        lead.saturating_sub((lead / 4).max(LEAD_STEP / 4))
+    } else {
+        lead
+    }
+}
+
+/// The word in which a reader tells the sender how long it waited on the
+/// copy into offer `gen` (nanoseconds, at most `u32::MAX`).
+pub(crate) fn waited_word(gen: u64, waited: Duration) -> u64 {
+    let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+    ((gen & 0xFFFF_FFFF) << 32) | ns.min(u64::from(u32::MAX))
+}
+
+/// What a reader's word says about offer `gen`: how long it waited on the
+/// copy, if the word is about that offer.
+pub(crate) fn waited_on(word: u64, gen: u64) -> Option<Duration> {
+    (word >> 32 == gen & 0xFFFF_FFFF).then(|| Duration::from_nanos(word & 0xFFFF_FFFF))
+}
 
 /// How much of [`OFFER_WAIT`] the sender spins before it sleeps.
 pub(crate) const OFFER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
@@ -124,6 +161,9 @@ pub(crate) struct OfferWords {
     pub(crate) state: AtomicU64,
     pub(crate) addr: AtomicU64,
     pub(crate) len: AtomicU64,
+    /// Written by the reader: how long it waited on the copy into its
+    /// last placed offer ([`waited_word`]).
+    pub(crate) waited: AtomicU64,
 }
 
 /// Where an offer stands (the low two bits of `state`).
@@ -179,6 +219,12 @@ pub(crate) struct Offers {
     pub(crate) retry_at: Option<Instant>,
     /// Sender: the gap from the next wait in vain to `retry_at`.
     pub(crate) retry_gap: Duration,
+    /// Sender: how much of the next placed message is copied after the
+    /// reader is rung ([`next_lead`]).
+    pub(crate) lead: usize,
+    /// Sender: the offer it placed last, whose reader has not yet said
+    /// how long it waited on the copy.
+    pub(crate) untold: Option<u64>,
 }
 
 impl Offers {
@@ -200,6 +246,16 @@ impl Offers {
         self.stale = gen;
         self.retry_at = Some(now + gap);
         self.retry_gap = (gap * 2).min(RETRY_LAST);
+    }
+
+    /// Sender: the lead for the next placed message, the reader's `word`
+    /// ([`waited_word`]) having told how long it waited on the last one.
+    pub(crate) fn lead_after(&mut self, word: u64) -> usize {
+        if let Some(waited) = self.untold.and_then(|gen| waited_on(word, gen)) {
+            self.lead = next_lead(self.lead, waited);
+            self.untold = None;
+        }
+        self.lead
     }
 
     /// Reader: whether a `Placed` frame for offer `gen` of `total` bytes is
@@ -255,6 +311,55 @@ mod tests {
         }
         o.waited(9, false, now);
         assert_eq!(o.retry_at, Some(now + RETRY_FIRST));
+    }
+
+    #[test]
+    fn the_lead_grows_after_a_late_reader_shrinks_after_a_long_wait_and_holds_between() {
+        let late = Duration::ZERO;
+        let long = SPIN_BUDGET + Duration::from_nanos(1);
+        assert_eq!(next_lead(0, late), LEAD_STEP);
+        assert_eq!(next_lead(LEAD_MAX - 1, late), LEAD_MAX);
+        assert_eq!(next_lead(LEAD_MAX, late), LEAD_MAX);
+        assert_eq!(next_lead(4 * LEAD_STEP, SPIN_BUDGET), 4 * LEAD_STEP);
+        assert_eq!(next_lead(4 * LEAD_STEP, long), 3 * LEAD_STEP);
+        // Short leads shrink by a quarter step, to none.
+        let mut lead = LEAD_STEP;
+        let mut shrinks = 0;
+        while lead > 0 {
+            lead = next_lead(lead, long);
+            shrinks += 1;
+            assert!(shrinks < 10, "the lead never reaches none");
+        }
+        assert_eq!(next_lead(0, long), 0);
+    }
+
+    #[test]
+    fn a_readers_word_speaks_of_its_offer_only_and_once() {
+        let us = Duration::from_micros(7);
+        let w = waited_word(5, us);
+        assert_eq!(waited_on(w, 5), Some(us));
+        assert_eq!(waited_on(w, 6), None);
+        assert_eq!(waited_on(w, 5 + (1 << 32)), Some(us), "numbers wrap");
+        let long = waited_word(5, Duration::from_secs(7200));
+        assert_eq!(
+            waited_on(long, 5),
+            Some(Duration::from_nanos(u32::MAX.into()))
+        );
+        let mut o = Offers::default();
+        assert_eq!(o.lead_after(w), 0, "nothing placed: nothing heard");
+        o.untold = Some(5);
+        assert_eq!(
+            o.lead_after(waited_word(4, Duration::ZERO)),
+            0,
+            "another offer's"
+        );
+        assert_eq!(o.lead_after(waited_word(5, Duration::ZERO)), LEAD_STEP);
+        assert_eq!(o.untold, None);
+        assert_eq!(
+            o.lead_after(waited_word(5, Duration::ZERO)),
+            LEAD_STEP,
+            "heard once"
+        );
     }
 
     #[test]

@@ -999,23 +999,60 @@ mod tests {
     }
 
     #[test]
-    fn a_sleeping_reader_is_rung_before_the_copy_into_its_buffer_ends() {
+    fn a_sleeping_reader_is_rung_ahead_of_the_copys_end_by_a_lead_its_wake_ups_set() {
         let (mut a, mut b, _d) = pair(4096);
-        let msg: Vec<u8> = (0..3 * offer::WAKE_AHEAD as u32)
+        let msg: Vec<u8> = (0..3 * offer::LEAD_STEP as u32)
             .map(|i| (i * 7) as u8)
             .collect();
+        // Places `msg` into a sleeping reader's buffer: whether the reader
+        // was rung before the copy's `Placed`.
+        let send = |a: &mut ShmStream, b: &mut ShmStream| {
+            let mut buf = vec![0u8; msg.len()];
+            assert!(b.arm_read());
+            assert!(b.offer(&mut buf));
+            let gen = a.place(&msg).unwrap().expect("placed");
+            let early = rung(b.raw_fd());
+            b.disarm();
+            a.placed(gen);
+            assert!(!rung(b.raw_fd()), "rung once");
+            // The reader finds the copy done: it woke late.
+            assert!(b.withdraw());
+            assert!(b.take_placed(gen, msg.len() as u64));
+            assert_eq!(buf, msg);
+            early
+        };
+        assert!(!send(&mut a, &mut b), "no lead yet: rung as the copy ends");
+        assert!(send(&mut a, &mut b), "a late reader: rung ahead");
+        assert_eq!(a.offers.lead, offer::LEAD_STEP);
+        send(&mut a, &mut b);
+        // A reader that waits on the copy says how long: the sender is
+        // inside the copy (BUSY) until a thread ends it 5 ms on.
         let mut buf = vec![0u8; msg.len()];
-        assert!(b.arm_read());
         assert!(b.offer(&mut buf));
-        let gen = a.place(&msg).unwrap().expect("placed");
-        // The copy is done and its `Placed` not yet announced: the doorbell
-        // rang while the last part was copied.
-        assert!(rung(b.raw_fd()));
-        b.disarm();
-        a.placed(gen);
-        assert!(!rung(b.raw_fd()), "rung once");
-        assert!(b.withdraw());
-        assert_eq!(buf, msg);
+        let gen = b.offers.gen;
+        let words = &a.tx_offer().words;
+        let busy = offer::state(gen, offer::Phase::Busy);
+        words.state.store(busy, Ordering::Release);
+        let waited = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                words
+                    .state
+                    .store(offer::state(gen, offer::Phase::Placed), Ordering::Release);
+            });
+            assert!(b.withdraw());
+            let word = b.rx_offer().words.waited.load(Ordering::Relaxed);
+            offer::waited_on(word, gen).expect("a word about this offer")
+        });
+        assert!(waited >= std::time::Duration::from_millis(5), "{waited:?}");
+        let word = b.rx_offer().words.waited.load(Ordering::Relaxed);
+        a.offers.untold = Some(gen);
+        let long = a.offers.lead_after(word);
+        assert_eq!(long, offer::next_lead(2 * offer::LEAD_STEP, waited));
+        assert!(
+            long < 2 * offer::LEAD_STEP,
+            "a reader that waited long: a shorter lead"
+        );
     }
 
     #[test]

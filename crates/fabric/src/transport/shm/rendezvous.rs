@@ -67,7 +67,7 @@ impl ShmStream {
             return false;
         };
         let mut spin_until = None;
-        let mut busy_since = None;
+        let mut busy_since: Option<Instant> = None;
         loop {
             // SYNC POINT: acquire pairs with the sender's release of PLACED:
             // its copy and the `Placed` frame are visible once it is seen.
@@ -81,6 +81,13 @@ impl ShmStream {
                 Ok(_) => return false,
                 Err(s) if s == offer::state(gen, Phase::Placed) => {
                     self.offers.placed = Some((gen, len));
+                    // The sender reads it with the next offer, and sets its
+                    // wake-up lead by it.
+                    let waited = busy_since.map_or(std::time::Duration::ZERO, |t| t.elapsed());
+                    self.rx_offer()
+                        .words
+                        .waited
+                        .store(offer::waited_word(gen, waited), Ordering::Relaxed);
                     return true;
                 }
                 Err(s) if s == offer::state(gen, Phase::Busy) => {
@@ -210,26 +217,35 @@ impl ShmStream {
         }
         // The reader's wake-up takes some microseconds: ring it while the
         // last part is copied, so that it is up when the copy ends.
-        let ahead = payload.len().saturating_sub(offer::WAKE_AHEAD);
+        let lead = self
+            .offers
+            .lead_after(self.tx_offer().words.waited.load(Ordering::Relaxed));
+        let ahead = payload.len().saturating_sub(lead);
+        let words = &self.tx_offer().words;
         // A reader that waited too long for the copy takes its buffer back
         // (see `give_up_offer`): each write first checks that it has not.
         let busy = offer::state(gen, Phase::Busy);
-        let still_busy = |words: &offer::OfferWords| {
-            if words.state.load(Ordering::Acquire) == busy {
+        let write = |from: usize, to: usize| {
+            if from == to {
                 Ok(())
-            } else {
+            } else if words.state.load(Ordering::Acquire) != busy {
                 Err(io::Error::from(io::ErrorKind::TimedOut))
+            } else {
+                sys::write_into(pid, &payload[from..to], addr + from as u64)
             }
         };
-        let copied = still_busy(words)
-            .and_then(|()| sys::write_into(pid, &payload[..ahead], addr))
-            .and_then(|()| {
+        // With no lead, `placed` rings.
+        let copied = write(0, ahead).and_then(|()| {
+            if ahead < payload.len() {
                 self.kick_reader();
-                still_busy(words)
-            })
-            .and_then(|()| sys::write_into(pid, &payload[ahead..], addr + ahead as u64));
+            }
+            write(ahead, payload.len())
+        });
         match copied {
-            Ok(()) => Ok(Some(gen)),
+            Ok(()) => {
+                self.offers.untold = Some(gen);
+                Ok(Some(gen))
+            }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 self.peer_gone = true;
                 Err(io::Error::new(
