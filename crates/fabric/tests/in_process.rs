@@ -287,6 +287,107 @@ fn a_waiting_reader_is_woken_by_every_source_wherever_it_sleeps() {
     writer.join().unwrap();
 }
 
+/// A waiting endpoint whose one connection is tcp sleeps in that
+/// connection's `recv` while its peer answers quickly (see the fabric's
+/// `endpoint::recv_sleep`), and that `recv` hears nothing else. What comes
+/// once the peer falls quiet is heard all the same, none of it after the
+/// sleep's nap (200 ms): the peer's next message after a pause, a message
+/// over a new connection, a first datagram.
+#[test]
+fn a_reader_asleep_in_its_one_connections_recv_hears_what_else_comes() {
+    let _watch = common::watchdog(120, "a reader asleep in a recv");
+    let (a, b, _d) = nodes();
+    let mut ep = 60;
+    for what in ["the peer", "a new connection", "a datagram"] {
+        let mut late = 0;
+        for _ in 0..3 {
+            ep += 3;
+            let mut rx = b.open(ep, wait_cfg()).unwrap();
+            let mut peer = a.open(ep + 1, wait_cfg()).unwrap();
+            let mut other = a.open(ep + 2, EndpointConfig::default()).unwrap();
+            let to_rx = peer
+                .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
+                .unwrap();
+            let (mode, transport) = match what {
+                "a datagram" => (Mode::Datagram, Transport::Udp),
+                _ => (Mode::Reliable, Transport::Tcp),
+            };
+            let to = rx.addr();
+            // Quick round trips, then, 5 ms after the last, the message.
+            let pinger = thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                for _ in 0..300 {
+                    peer.write(to_rx, b"ping").unwrap();
+                    let r = peer.read_timeout(&mut buf, Duration::from_secs(5));
+                    assert!(r.unwrap().is_some(), "no answer in 5 s");
+                }
+                thread::sleep(Duration::from_millis(5));
+                if what == "the peer" {
+                    peer.write(to_rx, b"late").unwrap();
+                } else {
+                    let t = other.target_via(to, mode, transport).unwrap();
+                    other.write(t, b"late").unwrap();
+                }
+                (peer, other)
+            });
+            let mut buf = [0u8; 16];
+            for _ in 0..300 {
+                let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+                let r = r.unwrap_or_else(|| panic!("{what}: no ping in 5 s"));
+                let back = rx.reply_target(&r, Mode::Reliable).unwrap();
+                rx.write(back, b"pong").unwrap();
+            }
+            let t0 = std::time::Instant::now();
+            let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+            let r = r.unwrap_or_else(|| panic!("{what}: nothing in 5 s"));
+            late += usize::from(t0.elapsed() >= Duration::from_millis(100));
+            let from = if what == "the peer" { ep + 1 } else { ep + 2 };
+            assert_eq!((r.from.ep, &buf[..r.len]), (from, &b"late"[..]), "{what}");
+            let _ends = pinger.join().unwrap();
+        }
+        assert!(late <= 1, "{what}: {late} of 3 waited for the nap");
+    }
+}
+
+/// Reads that do not wait, each finding nothing, leave a connection cold,
+/// and a cold one dozes (passes skip it) while the wait set watches. A
+/// sleep in its `recv` that then takes a message wakes it, so that the
+/// next pass reads what the sleep took.
+#[test]
+fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
+    let _watch = common::watchdog(60, "a cold connection slept in");
+    let (a, b, _d) = nodes();
+    let mut rx = b.open(90, wait_cfg()).unwrap();
+    let mut peer = a.open(91, wait_cfg()).unwrap();
+    let to_rx = peer
+        .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let mut buf = [0u8; 16];
+    // Quick round trips: the reader's sleeps move into the recv.
+    for _ in 0..200 {
+        peer.write(to_rx, b"ping").unwrap();
+        let r = rx.read(&mut buf).unwrap();
+        let back = rx.reply_target(&r, Mode::Reliable).unwrap();
+        rx.write(back, b"pong").unwrap();
+        peer.read(&mut buf).unwrap();
+    }
+    for _ in 0..200 {
+        assert!(rx.try_read(&mut buf).unwrap().is_none());
+    }
+    let late = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(2));
+        peer.write(to_rx, b"late").unwrap();
+        peer
+    });
+    let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        r.map(|r| (r.from.ep, r.len)),
+        Some((91, 4)),
+        "the message the sleep took was never read"
+    );
+    let _peer = late.join().unwrap();
+}
+
 /// A shm peer that sends its last message and goes is heard gone by a
 /// waiting reader whose read that does not sleep took the hang-up: where
 /// the doorbell is watched edge-triggered the set says a hang-up once, and

@@ -11,11 +11,13 @@
 //! connections, [`pass`] moves incoming traffic and loops a read over
 //! passes, [`sleep`] spins or sleeps when a pass moved nothing,
 //! [`onesided`] holds the put mode, [`waits`] the epoll set of an
-//! endpoint of many connections or one that waits, and [`udp_look`] when a
-//! pass looks at the datagram socket.
+//! endpoint of many connections or one that waits, [`recv_sleep`] when a
+//! waiting endpoint of one tcp connection sleeps in its `recv`, and
+//! [`udp_look`] when a pass looks at the datagram socket.
 
 mod onesided;
 mod pass;
+mod recv_sleep;
 mod sleep;
 mod targets;
 mod udp_look;
@@ -148,6 +150,8 @@ pub struct Endpoint {
     idle_spins: u32,
     /// When a pass looks at the UDP socket.
     udp_look: udp_look::UdpLook,
+    /// Whether a sleep of one tcp connection is in its `recv`.
+    recv_sleep: recv_sleep::RecvSleep,
     /// Passes until the next look at the wait set for what the dozing
     /// connections have (while it watches).
     cold_countdown: u32,
@@ -200,6 +204,7 @@ impl Endpoint {
             offer_to: None,
             idle_spins: 0,
             udp_look: udp_look::UdpLook::new(),
+            recv_sleep: recv_sleep::RecvSleep::default(),
             cold_countdown: COLD_EVERY,
             in_send: false,
             send_timeout: cfg.send_timeout,

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::recv_sleep::RECV_NAP_MOST;
 use super::waits::Waits;
 use super::{Deadline, Endpoint, HOT_SPINS};
 use crate::error::Result;
@@ -62,6 +63,26 @@ impl Endpoint {
         if self.waits.sleeps_here() != self.sleeps_in_set() {
             self.sleep_where();
         }
+        let one = self.recv_sleeper(deadline);
+        if let Some(i) = one.filter(|_| self.recv_sleep.on()) {
+            let conn = self.slots[i].conn.as_mut().expect("the one connection");
+            if let Some(got) = conn.link.sleep_read() {
+                self.recv_sleep.slept_in_recv(got);
+                // No other connection dozes: the count to the set's next
+                // look starts over, as after a sleep in it.
+                self.cold_countdown = COLD_EVERY;
+                if got {
+                    // A cold connection dozes while the set watches: what
+                    // the sleep took is read on the next pass all the same.
+                    self.waits.wake(i);
+                } else {
+                    // The `recv` heard only its socket: the UDP socket is
+                    // looked at now (a new connection is, on every pass).
+                    self.udp_look.stirred();
+                }
+                return Ok(None);
+            }
+        }
         let mut armed = true;
         for s in &mut self.slots {
             if let Some(c) = s.conn.as_mut() {
@@ -87,7 +108,13 @@ impl Endpoint {
                 _ => NAP,
             };
             slept = if self.waits.sleeps_here() {
-                self.sleep_in_set(timeout)
+                let since = one.map(|i| (i, Instant::now()));
+                let slept = self.sleep_in_set(timeout);
+                if let Some((i, t)) = since {
+                    let alone = self.waits.only_stirred(i);
+                    self.recv_sleep.slept_in_set(alone, t.elapsed());
+                }
+                slept
             } else {
                 self.sleep_in_poll(timeout)
             };
@@ -118,6 +145,21 @@ impl Endpoint {
         }
         slept?;
         Ok(None)
+    }
+
+    /// The slot of the endpoint's one connection when a sleep may be in
+    /// its `recv` (see `recv_sleep`): nothing else to hear but the inbox
+    /// and an idle UDP socket, and no deadline within the longest nap.
+    fn recv_sleeper(&self, deadline: Deadline) -> Option<usize> {
+        if self.ucx.is_some() || self.udp_look.hot() || !self.waits.sleeps_here() {
+            return None;
+        }
+        if let Deadline::At(t) = deadline {
+            if t.saturating_duration_since(Instant::now()) < RECV_NAP_MOST {
+                return None;
+            }
+        }
+        self.only_conn()
     }
 
     /// Sleeps in one `epoll_wait` of the wait set, which holds everything

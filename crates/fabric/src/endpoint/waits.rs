@@ -309,6 +309,11 @@ impl Waits {
         self.stirred.get(slot) == Some(&self.looks)
     }
 
+    /// Whether the connection in `slot` alone stirred in the last look.
+    pub(crate) fn only_stirred(&self, slot: usize) -> bool {
+        self.ready == 1 && self.stirred(slot)
+    }
+
     /// Whether the connection in `slot` stirred in the last look by a
     /// descriptor the set watches edge-triggered, and whether that hung up.
     pub(crate) fn stirred_edge(&self, slot: usize) -> Option<bool> {

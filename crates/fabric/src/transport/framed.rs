@@ -627,6 +627,10 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.withdraw()
     }
 
+    fn sleep_read(&mut self) -> Option<bool> {
+        self.stream.sleep_read()
+    }
+
     fn look_again(&mut self) {
         self.stream.look_again()
     }

@@ -150,6 +150,14 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     fn disarm(&mut self) {}
     /// Notices a peer that has gone while we poll without sleeping.
     fn check_alive(&mut self) {}
+    /// Sleeps in the stream's own read until bytes come or a short while
+    /// goes by (see `tcp`), and keeps what came for the next
+    /// [`try_read`](Self::try_read): true when something came (or the
+    /// stream ended or failed, which that read says), false when nothing
+    /// did. `None` where the stream cannot, or holds bytes read ahead.
+    fn sleep_read(&mut self) -> Option<bool> {
+        None
+    }
     /// Forgets that the last read emptied the stream: the next read looks
     /// (a look that must not miss what is there, as `try_read`'s).
     fn look_again(&mut self) {}
@@ -282,6 +290,11 @@ pub(crate) trait Connection: fmt::Debug + Send {
     }
     /// Notices a peer that has gone while the endpoint polls.
     fn check_alive(&mut self);
+    /// Sleeps in its stream's own read (see
+    /// [`ByteStream::sleep_read`]): whether something came, or `None`.
+    fn sleep_read(&mut self) -> Option<bool> {
+        None
+    }
     /// The next pass looks for what has arrived, whatever the last said.
     fn look_again(&mut self) {}
     /// The sleep's `poll` found nothing on [`read_fd`](Self::read_fd).

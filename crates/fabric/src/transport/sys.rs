@@ -71,6 +71,20 @@ pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<u
     }
 }
 
+/// Receives, sleeping in the call until something comes or the socket's
+/// receive timeout (`SO_RCVTIMEO`) goes by, on a socket left blocking.
+/// `Ok(None)`: the timeout went by, or a signal came, with nothing there.
+/// `Ok(Some(0))`: the peer closed the stream.
+pub(crate) fn recv_sleeping(fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: as in `send_vectored`.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    match net::recv(fd, dst, net::RecvFlags::empty()) {
+        Ok((n, _)) => Ok(Some(n)),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether a connected stream socket would take `len` more bytes now
 /// without waiting: it holds nothing (sent and unacknowledged, or unsent),
 /// or its send buffer has room for them. The buffer's accounting counts

@@ -31,10 +31,17 @@
 //! polling endpoint and only at the end of a pass that delivered nothing:
 //! a gateway, waiting but busy with some flows' chunks, left the others'
 //! cold connections unread until it slept (0.60-0.89 of the links).
+//!
+//! The socket itself blocks, with a receive timeout of [`RECV_NAP`]: every
+//! call above passes `MSG_DONTWAIT`, and [`ByteStream::sleep_read`] alone
+//! sleeps in a `recv`, for a waiting endpoint whose one connection this is
+//! (see `endpoint::recv_sleep`): one system call a message where a sleep in
+//! the wait set and then a `recv` are two.
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
 use super::sys::{self, Interest};
 use super::ByteStream;
@@ -48,6 +55,17 @@ const READ_AHEAD: usize = 4096;
 /// less than the kernel's import of the vector.
 const COALESCE: usize = 512;
 
+/// The sleep in the socket's own `recv` asked for (its `SO_RCVTIMEO`). The
+/// kernel counts it in clock ticks, rounded up, and ends it on a tick: 8 ms
+/// with 250 ticks a second (measured), [`RECV_NAP_MOST`] at most with 100.
+pub(crate) const RECV_NAP: Duration = Duration::from_micros(250);
+
+/// The longest a sleep in the socket's `recv` may last: two ticks of the
+/// slowest clock a kernel is built with (100 Hz). What else may stir a
+/// waiting endpoint sleeping there (a new connection, a first datagram)
+/// waits this long at most.
+pub(crate) const RECV_NAP_MOST: Duration = Duration::from_millis(20);
+
 /// Looks in a row that found nothing, after which a connection is cold.
 pub(crate) const COLD_AFTER: u32 = 64;
 /// An endpoint whose wait set watches asks the set which of its dozing
@@ -56,7 +74,7 @@ pub(crate) const COLD_AFTER: u32 = 64;
 /// the set there).
 pub(crate) const COLD_EVERY: u32 = 8;
 
-/// A connected, non-blocking TCP socket and the bytes read ahead from it.
+/// A connected TCP socket and the bytes read ahead from it.
 #[derive(Debug)]
 pub(crate) struct Tcp {
     sock: TcpStream,
@@ -75,10 +93,17 @@ pub(crate) struct Tcp {
     /// Its endpoint's wait set watches it: cold, it reads nothing until
     /// told to look again.
     watched: bool,
+    /// The socket blocks, with a receive timeout: it may be slept in.
+    sleeps: bool,
+    /// What a sleep in the socket's `recv` failed with, for the next read.
+    failed: Option<io::Error>,
 }
 
 impl Tcp {
     pub(crate) fn new(sock: TcpStream) -> Tcp {
+        // The timeout first: a socket that blocks without one is not left.
+        let sleeps =
+            sock.set_read_timeout(Some(RECV_NAP)).is_ok() && sock.set_nonblocking(false).is_ok();
         Tcp {
             sock,
             ahead: vec![0; READ_AHEAD].into_boxed_slice(),
@@ -89,6 +114,8 @@ impl Tcp {
             empty: 0,
             skipped: 0,
             watched: false,
+            sleeps,
+            failed: None,
         }
     }
 
@@ -165,6 +192,9 @@ impl ByteStream for Tcp {
             }
             self.skipped = 0;
         }
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         let fd = self.sock.as_raw_fd();
         if dst.len() >= READ_AHEAD {
             let n = recv(fd, dst)?;
@@ -191,6 +221,33 @@ impl ByteStream for Tcp {
     /// for them.
     fn arm_read(&mut self) -> bool {
         self.at == self.end
+    }
+
+    fn sleep_read(&mut self) -> Option<bool> {
+        if !self.sleeps || self.at < self.end {
+            return None;
+        }
+        match sys::recv_sleeping(self.sock.as_raw_fd(), &mut self.ahead) {
+            Ok(None) => {
+                // Nothing came: the sleep after the next pass sees what
+                // comes since.
+                self.drained = true;
+                Some(false)
+            }
+            Ok(Some(n)) => {
+                // Nothing read at the end of the stream: the next read
+                // finds it.
+                self.looked(n);
+                self.drained = n > 0 && n < READ_AHEAD;
+                (self.at, self.end) = (0, n);
+                Some(true)
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                self.look_again();
+                Some(true)
+            }
+        }
     }
 
     fn look_again(&mut self) {
@@ -239,6 +296,77 @@ mod tests {
         let (r, _) = l.accept().unwrap();
         r.set_nonblocking(true).unwrap();
         (w, Tcp::new(r))
+    }
+
+    #[test]
+    fn a_sleep_in_the_recv_keeps_what_came_and_ends_with_its_nap() {
+        let (mut w, mut t) = pair();
+        // Nothing comes: the nap ends it, the socket left to the next sleep.
+        let t0 = std::time::Instant::now();
+        assert_eq!(t.sleep_read(), Some(false));
+        assert!(t0.elapsed() >= RECV_NAP, "it slept ({:?})", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(5), "a nap, not for good");
+        let mut buf = [0u8; 16];
+        assert_eq!(t.try_read(&mut buf).unwrap(), 0, "left to the sleep");
+        // A writer on another thread, after the sleep began: it wakes it,
+        // and what came waits for the next reads without a call.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            w.write_all(b"twelve bytes").unwrap();
+            w
+        });
+        let mut got = None;
+        for _ in 0..200 {
+            match t.sleep_read() {
+                Some(true) => {
+                    got = Some(());
+                    break;
+                }
+                Some(false) => {}
+                None => panic!("a tcp socket can be slept in"),
+            }
+        }
+        assert!(got.is_some(), "the bytes woke no sleep");
+        let mut w = writer.join().unwrap();
+        assert_eq!(t.sleep_read(), None, "bytes wait ahead: no sleep");
+        assert_eq!(t.try_read(&mut buf[..6]).unwrap(), 6);
+        assert_eq!(t.try_read(&mut buf[6..]).unwrap(), 6);
+        assert_eq!(&buf[..12], b"twelve bytes");
+        // The end of the stream, taken by a sleep, is said by the next read.
+        w.flush().unwrap();
+        drop(w);
+        assert_eq!(t.sleep_read(), Some(true));
+        let end = t.try_read(&mut buf).unwrap_err();
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn every_other_call_on_the_blocking_socket_still_returns_at_once() {
+        let (_w, mut t) = pair();
+        let t0 = std::time::Instant::now();
+        let mut buf = [0u8; 16];
+        for _ in 0..100 {
+            t.look_again();
+            assert_eq!(t.try_read(&mut buf).unwrap(), 0);
+        }
+        let mut big = vec![0u8; 64 << 10];
+        assert_eq!(
+            t.try_read(&mut big).unwrap(),
+            0,
+            "a read past the read-ahead"
+        );
+        // Writes until the socket is full: the last takes nothing rather
+        // than blocking (the peer never reads).
+        let piece = vec![7u8; 1 << 16];
+        let mut last = 1;
+        for _ in 0..10_000 {
+            last = t.try_write(&[IoSlice::new(&piece)]).unwrap();
+            if last == 0 {
+                break;
+            }
+        }
+        assert_eq!(last, 0, "the socket never filled");
+        assert!(t0.elapsed() < Duration::from_secs(5), "a call blocked");
     }
 
     /// Reads until `want` bytes came, in reads of `step` bytes, within 5 s.
