@@ -290,9 +290,10 @@ fn a_waiting_reader_is_woken_by_every_source_wherever_it_sleeps() {
 /// A waiting endpoint whose one connection is tcp sleeps in that
 /// connection's `recv` while its peer answers quickly (see the fabric's
 /// `endpoint::recv_sleep`), and that `recv` hears nothing else. What comes
-/// once the peer falls quiet is heard all the same, none of it after the
-/// sleep's nap (200 ms): the peer's next message after a pause, a message
-/// over a new connection, a first datagram.
+/// once the peer falls quiet is heard all the same, after the `recv`'s nap
+/// at most (a clock tick or two, 20 ms at most), none after the wait set's
+/// (200 ms): the peer's next message after a pause, a message over a new
+/// connection, a first datagram.
 #[test]
 fn a_reader_asleep_in_its_one_connections_recv_hears_what_else_comes() {
     let _watch = common::watchdog(120, "a reader asleep in a recv");
@@ -386,6 +387,101 @@ fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
         "the message the sleep took was never read"
     );
     let _peer = late.join().unwrap();
+}
+
+/// A first datagram to an endpoint asleep in its one connection's `recv`
+/// is heard while that connection's peer keeps it busy, not only once the
+/// peer falls quiet: a sleep that took a message has the UDP socket looked
+/// at once 250 us have gone since the last such look.
+#[test]
+fn a_datagram_reaches_a_reader_asleep_in_a_talking_connections_recv() {
+    let _watch = common::watchdog(120, "a datagram beside a talking peer");
+    let (a, b, _d) = nodes();
+    let mut rx = b.open(95, wait_cfg()).unwrap();
+    let mut peer = a.open(96, wait_cfg()).unwrap();
+    let mut other = a.open(97, EndpointConfig::default()).unwrap();
+    let to_rx = peer
+        .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let dt = other
+        .target_via(rx.addr(), Mode::Datagram, Transport::Udp)
+        .unwrap();
+    // 300 quick round trips, then 200 more 2 ms apart (within the `recv`'s
+    // nap, so that the reader stays asleep in it); the datagram goes with
+    // the 20th of those.
+    let pinger = thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        for n in 0u32..500 {
+            if n >= 300 {
+                thread::sleep(Duration::from_millis(2));
+            }
+            if n == 320 {
+                other.write(dt, b"dgram").unwrap();
+            }
+            peer.write(to_rx, &n.to_le_bytes()).unwrap();
+            let r = peer.read_timeout(&mut buf, Duration::from_secs(5));
+            assert!(r.unwrap().is_some(), "no answer in 5 s");
+        }
+        (peer, other)
+    });
+    let mut buf = [0u8; 16];
+    let mut heard_at = None;
+    let mut last = 0;
+    while last < 499 {
+        let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+        let r = r.expect("nothing in 5 s");
+        if r.from.ep == 97 {
+            assert_eq!(&buf[..r.len], b"dgram");
+            heard_at = Some(last);
+            continue;
+        }
+        last = u32::from_le_bytes(buf[..4].try_into().unwrap());
+        let back = rx.reply_target(&r, Mode::Reliable).unwrap();
+        rx.write(back, b"pong").unwrap();
+    }
+    let _ends = pinger.join().unwrap();
+    let at = heard_at.expect("the datagram was not heard while the peer talked");
+    // A look a gap after the last: the next message or two after it came.
+    assert!(
+        at < 320 + 20,
+        "the datagram, sent before message 320, was heard after message {at}"
+    );
+}
+
+/// A peer that closes while the reader sleeps in its connection's `recv`
+/// (after reads that did not wait and found nothing) is heard gone: the
+/// `recv` takes the end of the stream, and the next read looks for it
+/// (cold or not) rather than sleeping again at once, for good.
+#[test]
+fn a_peers_end_taken_by_the_recv_is_heard() {
+    let _watch = common::watchdog(60, "a cold connection's end");
+    let (a, b, _d) = nodes();
+    let mut rx = b.open(98, wait_cfg()).unwrap();
+    let mut peer = a.open(99, wait_cfg()).unwrap();
+    let to_rx = peer
+        .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
+        .unwrap();
+    let mut buf = [0u8; 16];
+    for _ in 0..200 {
+        peer.write(to_rx, b"ping").unwrap();
+        let r = rx.read(&mut buf).unwrap();
+        let back = rx.reply_target(&r, Mode::Reliable).unwrap();
+        rx.write(back, b"pong").unwrap();
+        peer.read(&mut buf).unwrap();
+    }
+    for _ in 0..200 {
+        assert!(rx.try_read(&mut buf).unwrap().is_none());
+    }
+    let gone = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(2));
+        drop(peer);
+    });
+    let r = rx.read_timeout(&mut buf, Duration::from_secs(5));
+    gone.join().unwrap();
+    match r {
+        Err(Error::PeerLost { peer, .. }) => assert_eq!(peer.ep, 99),
+        other => panic!("the peer's end was not heard: {other:?}"),
+    }
 }
 
 /// A shm peer that sends its last message and goes is heard gone by a

@@ -8,8 +8,10 @@
 //! for a short nap at most (the socket's receive timeout, [`RECV_NAP`],
 //! which the kernel makes a clock tick or two: 8 ms at 250 Hz, 20 ms at
 //! most): a new connection or a first datagram that comes while the one
-//! connection's peer is quiet waits that long at most (while the peer
-//! talks, the pass after its next message takes them). It is tried only
+//! connection's peer is quiet waits that long at most. While the peer
+//! talks, the pass after its next message adopts a new connection, and a
+//! sleep that took a message has the UDP socket looked at once 250 us
+//! have gone since the last such look (`udp_look`). It is tried only
 //! after a sleep in the set that the connection alone ended within
 //! [`RECV_NAP`], and given up after a nap in which nothing came: a peer
 //! that answers slowly keeps the endpoint in its set, woken once a

@@ -68,16 +68,18 @@ impl Endpoint {
             let conn = self.slots[i].conn.as_mut().expect("the one connection");
             if let Some(got) = conn.link.sleep_read() {
                 self.recv_sleep.slept_in_recv(got);
-                // No other connection dozes: the count to the set's next
-                // look starts over, as after a sleep in it.
+                // The set's looks are for dozing connections, and there is
+                // none but this one, which the sleep just read: the count
+                // to the next starts over (else a look every few messages).
                 self.cold_countdown = COLD_EVERY;
                 if got {
                     // A cold connection dozes while the set watches: what
                     // the sleep took is read on the next pass all the same.
                     self.waits.wake(i);
+                    // The `recv` did not hear the UDP socket (a new
+                    // connection is looked for on every pass).
+                    self.udp_look.slept_deaf(Instant::now());
                 } else {
-                    // The `recv` heard only its socket: the UDP socket is
-                    // looked at now (a new connection is, on every pass).
                     self.udp_look.stirred();
                 }
                 return Ok(None);

@@ -103,6 +103,21 @@ impl UdpLook {
     pub(super) fn stirred(&mut self) {
         self.woke = true;
     }
+
+    /// A sleep that did not hear the socket (one in a connection's
+    /// `recv`) ended at `now`, with a message: the next pass looks if
+    /// [`COLD_GAP`] has gone since the last look made on the clock's word.
+    /// A peer that keeps the sleeper busy so holds a first datagram back
+    /// no longer than that gap and its next message.
+    pub(super) fn slept_deaf(&mut self, now: Instant) {
+        if self
+            .last
+            .is_none_or(|l| now.saturating_duration_since(l) >= COLD_GAP)
+        {
+            self.last = Some(now);
+            self.woke = true;
+        }
+    }
 }
 
 impl super::Endpoint {
@@ -140,6 +155,29 @@ mod tests {
             }
         }
         None
+    }
+
+    #[test]
+    fn a_sleep_deaf_to_the_socket_has_it_looked_at_once_a_gap() {
+        let mut l = UdpLook::new();
+        let mut t = Instant::now();
+        let c = Completion::Wait;
+        // The first pass looks, as a new endpoint's does.
+        assert!(l.due(c, || t));
+        l.slept_deaf(t);
+        assert!(
+            l.due(c, || t),
+            "the first such sleep: no look on the clock yet"
+        );
+        for _ in 0..3 {
+            t += COLD_GAP / 4;
+            l.slept_deaf(t);
+            assert!(!l.due(c, || t), "within the gap of the last look");
+        }
+        t += COLD_GAP / 4;
+        l.slept_deaf(t);
+        assert!(l.due(c, || t), "a gap after the last look");
+        assert!(!l.due(c, || t), "once");
     }
 
     #[test]

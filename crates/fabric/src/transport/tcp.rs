@@ -32,11 +32,13 @@
 //! a gateway, waiting but busy with some flows' chunks, left the others'
 //! cold connections unread until it slept (0.60-0.89 of the links).
 //!
-//! The socket itself blocks, with a receive timeout of [`RECV_NAP`]: every
-//! call above passes `MSG_DONTWAIT`, and [`ByteStream::sleep_read`] alone
-//! sleeps in a `recv`, for a waiting endpoint whose one connection this is
-//! (see `endpoint::recv_sleep`): one system call a message where a sleep in
-//! the wait set and then a `recv` are two.
+//! Every call above passes `MSG_DONTWAIT`, so the socket may block: from
+//! the first [`ByteStream::sleep_read`] on it does, with a receive timeout
+//! of [`RECV_NAP`], and that call alone sleeps in a `recv`, for a waiting
+//! endpoint whose one connection this is (see `endpoint::recv_sleep`): one
+//! system call a message where a sleep in the wait set and then a `recv`
+//! are two. (Not before: the handshake's answer may still be on its way
+//! out through a plain write when the endpoint takes the connection.)
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
@@ -93,17 +95,15 @@ pub(crate) struct Tcp {
     /// Its endpoint's wait set watches it: cold, it reads nothing until
     /// told to look again.
     watched: bool,
-    /// The socket blocks, with a receive timeout: it may be slept in.
-    sleeps: bool,
+    /// Whether the socket may be slept in (it blocks, with a receive
+    /// timeout), once the first sleep asked: `None` until then.
+    sleeps: Option<bool>,
     /// What a sleep in the socket's `recv` failed with, for the next read.
     failed: Option<io::Error>,
 }
 
 impl Tcp {
     pub(crate) fn new(sock: TcpStream) -> Tcp {
-        // The timeout first: a socket that blocks without one is not left.
-        let sleeps =
-            sock.set_read_timeout(Some(RECV_NAP)).is_ok() && sock.set_nonblocking(false).is_ok();
         Tcp {
             sock,
             ahead: vec![0; READ_AHEAD].into_boxed_slice(),
@@ -114,9 +114,19 @@ impl Tcp {
             empty: 0,
             skipped: 0,
             watched: false,
-            sleeps,
+            sleeps: None,
             failed: None,
         }
+    }
+
+    /// Whether the socket may be slept in: the first time asked, it is
+    /// made to block with a receive timeout (the timeout first: a socket
+    /// that blocks without one is not left).
+    fn may_sleep(&mut self) -> bool {
+        *self.sleeps.get_or_insert_with(|| {
+            self.sock.set_read_timeout(Some(RECV_NAP)).is_ok()
+                && self.sock.set_nonblocking(false).is_ok()
+        })
     }
 
     /// Counts a look that gave `n` bytes.
@@ -224,7 +234,7 @@ impl ByteStream for Tcp {
     }
 
     fn sleep_read(&mut self) -> Option<bool> {
-        if !self.sleeps || self.at < self.end {
+        if self.at < self.end || !self.may_sleep() {
             return None;
         }
         match sys::recv_sleeping(self.sock.as_raw_fd(), &mut self.ahead) {
@@ -234,11 +244,15 @@ impl ByteStream for Tcp {
                 self.drained = true;
                 Some(false)
             }
+            Ok(Some(0)) => {
+                // The end of the stream: the next read looks, cold or
+                // not, and finds it.
+                self.look_again();
+                Some(true)
+            }
             Ok(Some(n)) => {
-                // Nothing read at the end of the stream: the next read
-                // finds it.
                 self.looked(n);
-                self.drained = n > 0 && n < READ_AHEAD;
+                self.drained = n < READ_AHEAD;
                 (self.at, self.end) = (0, n);
                 Some(true)
             }
