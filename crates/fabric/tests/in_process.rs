@@ -350,21 +350,25 @@ fn a_reader_asleep_in_its_one_connections_recv_hears_what_else_comes() {
     }
 }
 
-/// Reads that do not wait, each finding nothing, leave a connection cold,
-/// and a cold one dozes (passes skip it) while the wait set watches. A
-/// sleep in its `recv` that then takes a message wakes it, so that the
-/// next pass reads what the sleep took.
-#[test]
-fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
-    let _watch = common::watchdog(60, "a cold connection slept in");
-    let (a, b, _d) = nodes();
-    let mut rx = b.open(90, wait_cfg()).unwrap();
-    let mut peer = a.open(91, wait_cfg()).unwrap();
+/// A waiting reader `ep` on `b` and its waiting peer `ep + 1` on `a`,
+/// connected over tcp, after quick round trips (the reader's sleeps move
+/// into the connection's `recv`) and then reads that did not wait and
+/// found nothing; and the peer's target of the reader.
+fn quick_then_quiet(
+    a: &Node,
+    b: &Node,
+    ep: u32,
+) -> (
+    macrolink_fabric::Endpoint,
+    macrolink_fabric::Endpoint,
+    macrolink_fabric::Target,
+) {
+    let mut rx = b.open(ep, wait_cfg()).unwrap();
+    let mut peer = a.open(ep + 1, wait_cfg()).unwrap();
     let to_rx = peer
         .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
         .unwrap();
     let mut buf = [0u8; 16];
-    // Quick round trips: the reader's sleeps move into the recv.
     for _ in 0..200 {
         peer.write(to_rx, b"ping").unwrap();
         let r = rx.read(&mut buf).unwrap();
@@ -375,6 +379,19 @@ fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
     for _ in 0..200 {
         assert!(rx.try_read(&mut buf).unwrap().is_none());
     }
+    (rx, peer, to_rx)
+}
+
+/// Reads that do not wait, each finding nothing, leave a connection cold,
+/// and a cold one dozes (passes skip it) while the wait set watches. A
+/// sleep in its `recv` that then takes a message wakes it, so that the
+/// next pass reads what the sleep took.
+#[test]
+fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
+    let _watch = common::watchdog(60, "a cold connection slept in");
+    let (a, b, _d) = nodes();
+    let (mut rx, mut peer, to_rx) = quick_then_quiet(&a, &b, 90);
+    let mut buf = [0u8; 16];
     let late = thread::spawn(move || {
         thread::sleep(Duration::from_millis(2));
         peer.write(to_rx, b"late").unwrap();
@@ -456,22 +473,8 @@ fn a_datagram_reaches_a_reader_asleep_in_a_talking_connections_recv() {
 fn a_peers_end_taken_by_the_recv_is_heard() {
     let _watch = common::watchdog(60, "a cold connection's end");
     let (a, b, _d) = nodes();
-    let mut rx = b.open(98, wait_cfg()).unwrap();
-    let mut peer = a.open(99, wait_cfg()).unwrap();
-    let to_rx = peer
-        .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
-        .unwrap();
+    let (mut rx, peer, _) = quick_then_quiet(&a, &b, 98);
     let mut buf = [0u8; 16];
-    for _ in 0..200 {
-        peer.write(to_rx, b"ping").unwrap();
-        let r = rx.read(&mut buf).unwrap();
-        let back = rx.reply_target(&r, Mode::Reliable).unwrap();
-        rx.write(back, b"pong").unwrap();
-        peer.read(&mut buf).unwrap();
-    }
-    for _ in 0..200 {
-        assert!(rx.try_read(&mut buf).unwrap().is_none());
-    }
     let gone = thread::spawn(move || {
         thread::sleep(Duration::from_millis(2));
         drop(peer);
