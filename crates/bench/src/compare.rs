@@ -499,7 +499,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             )
         };
         // Beside the waiting row, the bare sleep of the way a waiting
-        // endpoint sleeps over this transport (see `fabric`'s `sleep`).
+        // endpoint sleeps over this transport where it does not sleep in
+        // the socket's recv (see `fabric`'s `sleep` and `recv_sleep`).
         rows.push(if udp {
             bare(sleeps::Sleep::Poll, "bare poll + recv", (WAIT, BLOCKING))?
         } else {
@@ -738,16 +739,20 @@ fn iterations_for(span: Duration, half_rt_us: f64, floor: u64) -> u64 {
     n.clamp(floor, floor.saturating_mul(100))
 }
 
-/// Why the bare ping-pong rows are a floor, not a peer.
+/// What the bare ping-pong rows measure: the sleep a waiting endpoint
+/// no longer pays in these ping-pongs, not a peer.
 const SLEEP_FLOOR: &str = "two threads of this process in a ping-pong over loopback, \
 no transport of ours in it, each sleeping in one poll of the three descriptors a waiting \
 endpoint of ours hears (its inbox's eventfd, its datagram socket, the connection) and then \
 a recv (bare poll), or in one epoll_wait of the three in an epoll set and then a recv (bare \
 epoll), or, as sockperf's blocking sides do, in a blocking recv on the socket alone. A \
 waiting endpoint sleeps the epoll way, or the poll way once it uses datagrams (in our \
-endpoint the epoll way measured 0.2 us a round trip slower over udp on one processor): a \
-system call more a message on each side than a blocking recv, and the ratio is what that \
-costs here, under the waiting row's ratio to sockperf.";
+endpoint the epoll way measured 0.2 us a round trip slower over udp on one processor), \
+where it hears more than one connection or its datagrams, or where its peer answers \
+slowly: a system call more a message on each side than a blocking recv. In a quick \
+ping-pong such as the waiting row's, one of one tcp connection or of datagrams alone \
+sleeps in that socket's own recv, as a blocking recv does (the fabric's recv_sleep): the \
+ratio is what that saves here.";
 
 /// What the one-processor rows measure.
 const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \

@@ -276,7 +276,9 @@ fn both_ways(kind: Kind, completion: Completion) {
     };
     let ha = side(a, ta, 0);
     let hb = side(b, tb, 1);
-    ha.join().unwrap();
+    // Each side's endpoint lives until both are done: one dropped while the
+    // other still reads would rightly be reported to it as the peer lost.
+    let _a = ha.join().unwrap();
     hb.join().unwrap();
 }
 

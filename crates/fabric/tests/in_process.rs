@@ -288,27 +288,33 @@ fn a_waiting_reader_is_woken_by_every_source_wherever_it_sleeps() {
 }
 
 /// A waiting endpoint whose one connection is tcp sleeps in that
-/// connection's `recv` while its peer answers quickly (see the fabric's
-/// `endpoint::recv_sleep`), and that `recv` hears nothing else. What comes
-/// once the peer falls quiet is heard all the same, after the `recv`'s nap
-/// at most (a clock tick or two, 20 ms at most), none after the wait set's
+/// connection's `recv` while its peer answers quickly, and one that hears
+/// datagrams alone in its UDP socket's `recvfrom` (see the fabric's
+/// `endpoint::recv_sleep`), and that call hears nothing else. What comes
+/// once the peer falls quiet is heard all the same, after the call's nap
+/// at most (a clock tick or two, 20 ms at most), none after the sleep's
 /// (200 ms): the peer's next message after a pause, a message over a new
-/// connection, a first datagram.
+/// connection, a datagram of another endpoint.
 #[test]
-fn a_reader_asleep_in_its_one_connections_recv_hears_what_else_comes() {
+fn a_reader_asleep_in_a_recv_hears_what_else_comes() {
     let _watch = common::watchdog(120, "a reader asleep in a recv");
     let (a, b, _d) = nodes();
     let mut ep = 60;
-    for what in ["the peer", "a new connection", "a datagram"] {
+    let cases = [
+        (Mode::Reliable, Transport::Tcp),
+        (Mode::Datagram, Transport::Udp),
+    ];
+    for ((talk, over), what) in cases
+        .into_iter()
+        .flat_map(|c| ["the peer", "a new connection", "a datagram"].map(|w| (c, w)))
+    {
         let mut late = 0;
         for _ in 0..3 {
             ep += 3;
             let mut rx = b.open(ep, wait_cfg()).unwrap();
             let mut peer = a.open(ep + 1, wait_cfg()).unwrap();
             let mut other = a.open(ep + 2, EndpointConfig::default()).unwrap();
-            let to_rx = peer
-                .target_via(rx.addr(), Mode::Reliable, Transport::Tcp)
-                .unwrap();
+            let to_rx = peer.target_via(rx.addr(), talk, over).unwrap();
             let (mode, transport) = match what {
                 "a datagram" => (Mode::Datagram, Transport::Udp),
                 _ => (Mode::Reliable, Transport::Tcp),
@@ -334,19 +340,20 @@ fn a_reader_asleep_in_its_one_connections_recv_hears_what_else_comes() {
             let mut buf = [0u8; 16];
             for _ in 0..300 {
                 let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
-                let r = r.unwrap_or_else(|| panic!("{what}: no ping in 5 s"));
-                let back = rx.reply_target(&r, Mode::Reliable).unwrap();
+                let r = r.unwrap_or_else(|| panic!("{over} {what}: no ping in 5 s"));
+                let back = rx.reply_target(&r, talk).unwrap();
                 rx.write(back, b"pong").unwrap();
             }
             let t0 = std::time::Instant::now();
             let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
-            let r = r.unwrap_or_else(|| panic!("{what}: nothing in 5 s"));
+            let r = r.unwrap_or_else(|| panic!("{over} {what}: nothing in 5 s"));
             late += usize::from(t0.elapsed() >= Duration::from_millis(100));
             let from = if what == "the peer" { ep + 1 } else { ep + 2 };
-            assert_eq!((r.from.ep, &buf[..r.len]), (from, &b"late"[..]), "{what}");
+            let got = (r.from.ep, &buf[..r.len]);
+            assert_eq!(got, (from, &b"late"[..]), "{over} {what}");
             let _ends = pinger.join().unwrap();
         }
-        assert!(late <= 1, "{what}: {late} of 3 waited for the nap");
+        assert!(late <= 1, "{over} {what}: {late} of 3 waited for the nap");
     }
 }
 
@@ -409,7 +416,7 @@ fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
 /// A first datagram to an endpoint asleep in its one connection's `recv`
 /// is heard while that connection's peer keeps it busy, not only once the
 /// peer falls quiet: a sleep that took a message has the UDP socket looked
-/// at once 250 us have gone since the last such look.
+/// at once 5 ms have gone since the last such look.
 #[test]
 fn a_datagram_reaches_a_reader_asleep_in_a_talking_connections_recv() {
     let _watch = common::watchdog(120, "a datagram beside a talking peer");

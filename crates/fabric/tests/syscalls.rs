@@ -1,8 +1,8 @@
 //! A message costs the system calls the kernel needs to carry it and no
 //! more: none over shared memory; over tcp and udp one send and one
-//! receive (what `sockperf --nonblocked` makes); a waiting endpoint over
-//! tcp sleeps in that receive, as sockperf's blocking `recv` does, and
-//! over udp sleeps beside them (one call more). Small
+//! receive (what `sockperf --nonblocked` makes); a waiting endpoint of
+//! one tcp connection, or of datagrams alone, sleeps in that receive, as
+//! sockperf's blocking `recv` does. Small
 //! messages, both ways, polling and waiting. The system calls of this
 //! thread are counted by the kernel (a perf counter on the
 //! `raw_syscalls:sys_enter` tracepoint, which needs root); both endpoints
@@ -138,22 +138,23 @@ fn a_message_costs_the_system_calls_that_carry_it() {
 }
 
 /// The most system calls `rounds` round trips (two messages each) may
-/// make. Through the kernel, a message is one send and one receive; a
-/// waiting endpoint's read that finds its message there still sleeps in
-/// its wait set's `epoll_wait` (or `poll`) first, which returns at once: a
+/// make. Through the kernel, a message is one send and one receive. A
 /// waiting endpoint leaves a socket it emptied to its sleep rather than
-/// asking it again, which would cost a call more a message where the next
-/// message is not there yet, as in a ping-pong across processes. That
-/// third call is the one a blocking `recv` (sockperf's) does not make, nor
-/// does a waiting endpoint whose one connection is tcp and answers
-/// quickly: it sleeps in that connection's `recv`.
+/// asking it again (which would cost a call more a message where the next
+/// message is not there yet, as in a ping-pong across processes), and one
+/// whose one connection is tcp and answers quickly, or that hears
+/// datagrams alone that come quickly, sleeps in that connection's `recv`
+/// or in the UDP socket's `recvfrom`: the sleep is the receive, as a
+/// blocking `recv` (sockperf's) is. A sleep in the wait set's
+/// `epoll_wait` (or `poll`) before the receive, the call more, would
+/// exceed the budget.
 /// Over shared memory a polling endpoint makes none; a waiting one that
 /// finds its messages there, and so never sleeps, asks its wait set
 /// without sleeping, on one pass in `COLD_EVERY` (8), which connections it
 /// left dozing have something. An endpoint asleep in its connection's
 /// `recv`, which does not hear its UDP socket, looks at that socket once
-/// 250 us have gone since the last look (two endpoints here: two looks
-/// each 250 us of the `took` the round trips took). Over all of it, a
+/// 5 ms have gone since the last look (two endpoints here: two looks
+/// each 5 ms of the `took` the round trips took). Over all of it, a
 /// hundredth of a call a round trip for the endpoints' checks now and then
 /// (a peer's liveness).
 fn budget(
@@ -163,18 +164,13 @@ fn budget(
     rounds: u64,
     took: std::time::Duration,
 ) -> u64 {
-    let per_message = match (kernel, completion) {
-        (false, _) => 0,
-        (true, Completion::Poll) => 2,
-        (true, Completion::Wait) if transport == Transport::Tcp => 2,
-        (true, Completion::Wait) => 3,
-    };
+    let per_message = if kernel { 2 } else { 0 };
     let looks = match (kernel, completion) {
         (false, Completion::Wait) => rounds / 2,
         _ => 0,
     };
     let udp_looks = match (transport, completion) {
-        (Transport::Tcp, Completion::Wait) => 2 * (took.as_micros() as u64 / 250 + 1),
+        (Transport::Tcp, Completion::Wait) => 2 * (took.as_millis() as u64 / 5 + 1),
         _ => 0,
     };
     2 * per_message * rounds + looks + udp_looks + rounds / 100

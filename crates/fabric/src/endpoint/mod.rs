@@ -12,7 +12,8 @@
 //! passes, [`sleep`] spins or sleeps when a pass moved nothing,
 //! [`onesided`] holds the put mode, [`waits`] the epoll set of an
 //! endpoint of many connections or one that waits, [`recv_sleep`] when a
-//! waiting endpoint of one tcp connection sleeps in its `recv`, and
+//! waiting endpoint of one tcp connection, or of datagrams alone, sleeps
+//! in that socket's receive, and
 //! [`udp_look`] when a pass looks at the datagram socket.
 
 mod onesided;

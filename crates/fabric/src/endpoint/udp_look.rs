@@ -35,6 +35,14 @@ pub(super) const CLOCK_EVERY: u32 = 1024;
 /// a look every 250 us, which meets about one in a thousand).
 pub(super) const COLD_GAP: Duration = Duration::from_micros(250);
 
+/// Time between looks after sleeps that did not hear the socket (in a
+/// talking connection's `recv`): a first datagram waits up to this gap
+/// and the connection's next message. A quarter of the longest nap, after
+/// which it is heard where the connection falls quiet: a gap as short as
+/// [`COLD_GAP`] had a ping-pong over that connection look once every ten
+/// messages or so, for nothing.
+pub(super) const DEAF_GAP: Duration = Duration::from_millis(5);
+
 /// The decision, apart from the socket and the clock.
 #[derive(Debug)]
 pub(super) struct UdpLook {
@@ -106,13 +114,13 @@ impl UdpLook {
 
     /// A sleep that did not hear the socket (one in a connection's
     /// `recv`) ended at `now`, with a message: the next pass looks if
-    /// [`COLD_GAP`] has gone since the last look made on the clock's word.
+    /// [`DEAF_GAP`] has gone since the last look made on the clock's word.
     /// A peer that keeps the sleeper busy so holds a first datagram back
     /// no longer than that gap and its next message.
     pub(super) fn slept_deaf(&mut self, now: Instant) {
         if self
             .last
-            .is_none_or(|l| now.saturating_duration_since(l) >= COLD_GAP)
+            .is_none_or(|l| now.saturating_duration_since(l) >= DEAF_GAP)
         {
             self.last = Some(now);
             self.woke = true;
@@ -170,11 +178,11 @@ mod tests {
             "the first such sleep: no look on the clock yet"
         );
         for _ in 0..3 {
-            t += COLD_GAP / 4;
+            t += DEAF_GAP / 4;
             l.slept_deaf(t);
             assert!(!l.due(c, || t), "within the gap of the last look");
         }
-        t += COLD_GAP / 4;
+        t += DEAF_GAP / 4;
         l.slept_deaf(t);
         assert!(l.due(c, || t), "a gap after the last look");
         assert!(!l.due(c, || t), "once");

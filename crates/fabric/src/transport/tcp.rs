@@ -357,6 +357,11 @@ mod tests {
     #[test]
     fn every_other_call_on_the_blocking_socket_still_returns_at_once() {
         let (_w, mut t) = pair();
+        assert_eq!(t.sleep_read(), Some(false), "now it blocks");
+        // A call that blocked would sleep this long.
+        t.sock
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         let t0 = std::time::Instant::now();
         let mut buf = [0u8; 16];
         for _ in 0..100 {

@@ -1,4 +1,12 @@
 //! Datagram mode over UDP: one socket per endpoint, one frame per datagram.
+//!
+//! Every call on the socket passes `MSG_DONTWAIT`, so the socket may block:
+//! from the first [`Udp::sleep_read`] on it does, with a receive timeout of
+//! [`RECV_NAP`], and that call alone sleeps in a `recvfrom`, for a waiting
+//! endpoint that hears datagrams alone (see `endpoint::recv_sleep`): one
+//! system call a datagram where a sleep in `poll` and then a `recvfrom`
+//! are two. The datagram the sleep took waits in the receive buffer for
+//! the next look, which takes it first; a send has a buffer of its own.
 
 use macrolink_wire::{FrameKind, Header, HEADER_LEN};
 use rustix::io::Errno;
@@ -7,6 +15,8 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+
+use super::tcp::RECV_NAP;
 
 use super::contact::Inbox;
 use crate::error::Result;
@@ -17,7 +27,17 @@ use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
 #[derive(Debug)]
 pub(crate) struct Udp {
     sock: UdpSocket,
+    /// Where datagrams are received.
     scratch: Box<[u8]>,
+    /// Where a datagram to send is put together (it grows to the largest
+    /// this endpoint sent, a datagram at most).
+    out: Vec<u8>,
+    /// The length and sender of a datagram a sleep took into `scratch`,
+    /// for the next look.
+    slept: Option<(usize, SocketAddr)>,
+    /// Whether the socket may be slept in (it blocks, with a receive
+    /// timeout), once the first sleep asked: `None` until then.
+    sleeps: Option<bool>,
     learned: HashMap<Addr, SocketAddr>,
     /// The sender of the last datagram taken, whose place `learned` holds:
     /// a stream from one peer costs no hashing per datagram.
@@ -34,6 +54,9 @@ impl Udp {
             sock,
             scratch: vec![0u8; HEADER_LEN + mtu.max(macrolink_wire::MAX_DATAGRAM as usize)]
                 .into_boxed_slice(),
+            out: Vec::new(),
+            slept: None,
+            sleeps: None,
             learned: HashMap::new(),
             last_from: None,
             token,
@@ -69,11 +92,11 @@ impl Udp {
     }
 
     pub(crate) fn send(&mut self, h: &Header, data: &[u8], to: SocketAddr) -> Result<()> {
-        let n = HEADER_LEN + data.len();
-        self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
-        self.scratch[HEADER_LEN..n].copy_from_slice(data);
+        self.out.clear();
+        self.out.extend_from_slice(&h.encode());
+        self.out.extend_from_slice(data);
         for _ in 0..1000 {
-            match net::sendto(&self.sock, &self.scratch[..n], SendFlags::empty(), &to) {
+            match net::sendto(&self.sock, &self.out, SendFlags::DONTWAIT, &to) {
                 Ok(_) => return Ok(()),
                 Err(Errno::AGAIN) => {
                     super::sys::wait_fd(
@@ -103,19 +126,16 @@ impl Udp {
         // endpoint) does not keep the pass here: the rest waits for the
         // next look, and the connections are read meanwhile.
         for _ in 0..LOOK_MAX {
-            // A system call of its own, not libc's (a cancellation point
-            // with `errno`): this look runs on every pass of a polling read.
-            let (n, src) =
-                match net::recvfrom(&self.sock, &mut self.scratch[..], RecvFlags::empty()) {
-                    Ok((n, _, Some(src))) => match SocketAddr::try_from(src) {
-                        Ok(src) => (n, src),
-                        Err(_) => continue,
-                    },
-                    Ok((_, _, None)) => continue,
-                    Err(Errno::AGAIN) => break,
-                    Err(Errno::CONNREFUSED) => continue,
-                    Err(e) => return Err(io::Error::from(e).into()),
-                };
+            let taken = match self.slept.take() {
+                Some(d) => Ok(Some(d)),
+                None => take(&self.sock, &mut self.scratch, RecvFlags::DONTWAIT),
+            };
+            let (n, src) = match taken {
+                Ok(Some(d)) => d,
+                Ok(None) => continue,
+                Err(Errno::AGAIN) => break,
+                Err(e) => return Err(io::Error::from(e).into()),
+            };
             moved = true;
             let h = match Header::decode(&self.scratch[..n]) {
                 Ok(h)
@@ -187,6 +207,62 @@ impl Udp {
     }
 }
 
+impl Udp {
+    /// Whether the socket may be slept in: the first time asked, it is
+    /// made to block with a receive timeout (the timeout first: a socket
+    /// that blocks without one is not left).
+    fn may_sleep(&mut self) -> bool {
+        *self.sleeps.get_or_insert_with(|| {
+            self.sock.set_read_timeout(Some(RECV_NAP)).is_ok()
+                && self.sock.set_nonblocking(false).is_ok()
+        })
+    }
+
+    /// Sleeps in the socket's `recvfrom` until a datagram comes or its
+    /// receive timeout goes by (a nap, see [`RECV_NAP`]), and keeps the
+    /// datagram for the next look ([`Udp::progress`]): whether something
+    /// came (a datagram, or an error the next look meets again), false
+    /// when nothing did. `None` where the socket cannot block, or holds a
+    /// datagram taken already.
+    pub(crate) fn sleep_read(&mut self) -> Option<bool> {
+        if self.slept.is_some() || !self.may_sleep() {
+            return None;
+        }
+        Some(
+            match take(&self.sock, &mut self.scratch, RecvFlags::empty()) {
+                Ok(Some(d)) => {
+                    self.slept = Some(d);
+                    true
+                }
+                Err(Errno::AGAIN | Errno::INTR) => false,
+                // Something not a datagram of an IP peer, or an ICMP error of
+                // an earlier send: nothing to keep, and something heard.
+                Ok(None) => true,
+                // The next look asks again and reports it.
+                Err(_) => true,
+            },
+        )
+    }
+}
+
+/// Takes one datagram off the socket into `buf`: its length and sender.
+/// `Ok(None)`: something to pass over (a sender that is not an IP
+/// address; an ICMP error of an earlier datagram, which datagrams, being
+/// unreliable, do not report). A system call of its own, not libc's (a
+/// cancellation point with `errno`): a polling endpoint looks on every
+/// pass.
+fn take(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    flags: RecvFlags,
+) -> std::result::Result<Option<(usize, SocketAddr)>, Errno> {
+    match net::recvfrom(sock, buf, flags) {
+        Ok((n, _, Some(src))) => Ok(SocketAddr::try_from(src).ok().map(|s| (n, s))),
+        Ok((_, _, None)) | Err(Errno::CONNREFUSED) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Datagrams one look takes off the socket at most.
 const LOOK_MAX: usize = 256;
 
@@ -194,4 +270,123 @@ const LOOK_MAX: usize = 256;
 /// and so on, so that a flood of them does not flood the log.
 fn loud(n: u64) -> bool {
     n.is_power_of_two()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::TokenPool;
+    use crate::types::Completion;
+    use std::net::Ipv4Addr;
+    use std::time::{Duration, Instant};
+
+    const TOKEN: u64 = 0x5eed;
+
+    fn bind() -> Udp {
+        Udp::bind(Ipv4Addr::LOCALHOST.into(), 1500, TOKEN).unwrap()
+    }
+
+    fn to(u: &Udp) -> SocketAddr {
+        SocketAddr::new(Ipv4Addr::LOCALHOST.into(), u.port())
+    }
+
+    /// A datagram of `data` from endpoint 1:7 to endpoint 5.
+    fn header(data: &[u8]) -> Header {
+        let mut h = Header::new(FrameKind::Datagram);
+        (h.src_node, h.src_ep, h.dst_ep) = (1, 7, 5);
+        h.len = data.len() as u32;
+        h.total = data.len() as u64;
+        h.key = TOKEN;
+        h
+    }
+
+    fn reader() -> Core {
+        let pool = TokenPool::new(64, 4096).unwrap();
+        Core::new(5, Completion::Wait, 1 << 20, pool, 64)
+    }
+
+    /// What the next look delivers into a reader's buffer.
+    fn look(u: &mut Udp, rx: &mut Core, inbox: &Inbox) -> Option<Vec<u8>> {
+        let mut buf = [0u8; 64];
+        match u.progress(rx, inbox, Some(&mut buf)).unwrap() {
+            Step::Delivered => Some(buf[..rx.got.take().unwrap().len].to_vec()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_sleep_in_the_recvfrom_keeps_the_datagram_for_the_next_look_and_ends_with_its_nap() {
+        let (mut a, mut b) = (bind(), bind());
+        let (mut rx, inbox) = (reader(), Inbox::new(b.port(), None).unwrap());
+        // Nothing comes: the nap ends it.
+        let t0 = Instant::now();
+        assert_eq!(b.sleep_read(), Some(false));
+        assert!(t0.elapsed() >= RECV_NAP, "it slept ({:?})", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(5), "a nap, not for good");
+        // A datagram sent after the sleep began wakes it.
+        let b_at = to(&b);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            a.send(&header(b"first"), b"first", b_at).unwrap();
+            a
+        });
+        let mut got = false;
+        for _ in 0..200 {
+            match b.sleep_read() {
+                Some(true) => {
+                    got = true;
+                    break;
+                }
+                Some(false) => {}
+                None => panic!("a UDP socket can be slept in"),
+            }
+        }
+        assert!(got, "the datagram woke no sleep");
+        let mut a = sender.join().unwrap();
+        assert_eq!(b.sleep_read(), None, "a datagram is kept: no sleep");
+        // A send meanwhile leaves the kept datagram as it was; one more
+        // comes after it.
+        b.send(&header(&[9; 900]), &[9; 900], to(&a)).unwrap();
+        a.send(&header(b"second"), b"second", b_at).unwrap();
+        assert_eq!(
+            look(&mut b, &mut rx, &inbox).as_deref(),
+            Some(&b"first"[..])
+        );
+        assert_eq!(
+            look(&mut b, &mut rx, &inbox).as_deref(),
+            Some(&b"second"[..])
+        );
+        assert_eq!(look(&mut b, &mut rx, &inbox), None, "nothing more");
+        // And the 900 bytes reached `a` whole.
+        let (mut at_a, inbox_a) = (reader(), Inbox::new(a.port(), None).unwrap());
+        let mut big = vec![0u8; 1000];
+        for _ in 0..100 {
+            let step = a.progress(&mut at_a, &inbox_a, Some(&mut big)).unwrap();
+            if let Step::Delivered = step {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let r = at_a.got.take().expect("the send arrived");
+        assert_eq!(&big[..r.len], &[9; 900][..]);
+    }
+
+    #[test]
+    fn every_other_call_on_the_blocking_socket_still_returns_at_once() {
+        let (a, mut b) = (bind(), bind());
+        let (mut rx, inbox) = (reader(), Inbox::new(b.port(), None).unwrap());
+        assert_eq!(b.sleep_read(), Some(false), "now it blocks");
+        // A call that blocked would sleep this long.
+        b.sock
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let t0 = Instant::now();
+        for _ in 0..100 {
+            assert_eq!(look(&mut b, &mut rx, &inbox), None);
+        }
+        for i in 0..100u8 {
+            b.send(&header(&[i]), &[i], to(&a)).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "a call blocked");
+    }
 }
