@@ -389,10 +389,10 @@ fn quick_then_quiet(
     (rx, peer, to_rx)
 }
 
-/// Reads that do not wait, each finding nothing, leave a connection cold,
-/// and a cold one dozes (passes skip it) while the wait set watches. A
-/// sleep in its `recv` that then takes a message wakes it, so that the
-/// next pass reads what the sleep took.
+/// Reads that do not wait, each finding nothing, leave a connection cold
+/// (passes look at it now and then only, and skip it while a wait set
+/// watches it). A sleep in its `recv` that then takes a message has the
+/// next pass read what the sleep took.
 #[test]
 fn a_cold_connection_slept_in_is_read_once_its_recv_takes_a_message() {
     let _watch = common::watchdog(60, "a cold connection slept in");

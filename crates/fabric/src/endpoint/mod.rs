@@ -151,7 +151,8 @@ pub struct Endpoint {
     idle_spins: u32,
     /// When a pass looks at the UDP socket.
     udp_look: udp_look::UdpLook,
-    /// Whether a sleep of one tcp connection is in its `recv`.
+    /// Whether a sleep is in the `recv` of the one tcp connection or of
+    /// the UDP socket.
     recv_sleep: recv_sleep::RecvSleep,
     /// Passes until the next look at the wait set for what the dozing
     /// connections have (while it watches).

@@ -26,12 +26,16 @@
 //! deadline).
 //!
 //! ```text
-//!            set sleep ended by the connection alone, in < RECV_NAP
+//!        set (or poll) sleep ended by the sleeper alone, in < RECV_NAP
 //!   ┌─────┐ ─────────────────────────────────────────────────────► ┌──────┐
 //!   │ set │                                                         │ recv │
-//!   └─────┘ ◄───────────── recv sleep heard nothing ─────────────── └──────┘
+//!   └─────┘ ◄──── recv sleep heard nothing, or no sleeper now ───── └──────┘
 //!      ▲ any other set sleep            something came: stays ▲
 //! ```
+//!
+//! The sleeper ([`Sleeper`]): the one connection, where it is tcp (a
+//! shared-memory doorbell is heard best in the set) and datagrams are not
+//! in use; the UDP socket, where they are and there is no connection.
 
 use std::time::Duration;
 
@@ -53,7 +57,7 @@ pub(super) struct RecvSleep {
 }
 
 impl RecvSleep {
-    /// Whether the next sleep may be in the one connection's `recv`.
+    /// Whether the next sleep may be in the `recv` of the [`Sleeper`].
     #[inline]
     pub(super) fn on(&self) -> bool {
         self.on

@@ -87,8 +87,9 @@ impl Endpoint {
                 // to the next starts over (else a look every few messages).
                 self.cold_countdown = COLD_EVERY;
                 if got {
-                    // A cold connection dozes while the set watches: what
-                    // the sleep took is read on the next pass all the same.
+                    // What the sleep took is read on the next pass, were
+                    // the connection dozing (a cold one that a set
+                    // watches: not while the endpoint sleeps out of it).
                     self.waits.wake(i);
                     // The `recv` did not hear the UDP socket (a new
                     // connection is looked for on every pass).
@@ -191,7 +192,17 @@ impl Endpoint {
             return None;
         }
         if !self.udp_look.hot() {
-            return self.only_conn().map(Sleeper::Conn);
+            // A tcp connection's socket alone can be slept in: a shared
+            // memory one's doorbell is heard best in the set.
+            return self
+                .only_conn()
+                .filter(|&i| {
+                    self.slots[i]
+                        .conn
+                        .as_ref()
+                        .is_some_and(|c| c.link.can_sleep_read())
+                })
+                .map(Sleeper::Conn);
         }
         let no_conn = self.slots.iter().all(|s| s.conn.is_none());
         (no_conn && self.udp.is_some()).then_some(Sleeper::Udp)
@@ -358,6 +369,77 @@ impl Endpoint {
         };
         if changed {
             self.rewatch();
+        }
+    }
+}
+
+impl Endpoint {
+    /// Whether the endpoint sleeps in its wait set, and whether its next
+    /// sleep may be in a `recv`.
+    #[cfg(test)]
+    pub(crate) fn sleeps_where(&self) -> (bool, bool) {
+        (self.waits.sleeps_here(), self.recv_sleep.on())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{EndpointConfig, Mode, Node, NodeConfig, Transport};
+    use std::time::Duration;
+
+    /// Waiting ping-pongs of two endpoints in two threads over each
+    /// transport: over shared memory the reader stays in its wait set
+    /// (its doorbell is heard best there; a socket it cannot sleep in the
+    /// `recv` of), over tcp and udp it comes to sleep in the socket's
+    /// `recv`, out of the set.
+    #[test]
+    fn a_quick_peer_moves_the_sleep_into_the_recv_of_a_socket_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
+        let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
+        a.add_peer(2, b.tcp_addr().unwrap());
+        b.add_peer(1, a.tcp_addr().unwrap());
+        let wait = EndpointConfig {
+            completion: crate::Completion::Wait,
+            ..EndpointConfig::default()
+        };
+        let cases = [
+            (Mode::Reliable, Transport::Shm, false),
+            (Mode::Reliable, Transport::Tcp, true),
+            (Mode::Datagram, Transport::Udp, true),
+        ];
+        for (i, (mode, transport, in_recv)) in cases.into_iter().enumerate() {
+            let ep = 10 + 2 * i as u32;
+            let mut rx = a.open(ep, wait).unwrap();
+            let mut tx = b.open(ep + 1, wait).unwrap();
+            let to = tx.target_via(rx.addr(), mode, transport).unwrap();
+            let echo = std::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                for _ in 0..300 {
+                    tx.write(to, b"ping").unwrap();
+                    let r = tx.read_timeout(&mut buf, Duration::from_secs(5));
+                    assert!(r.unwrap().is_some(), "{transport}: no answer in 5 s");
+                }
+                tx
+            });
+            let mut buf = [0u8; 16];
+            let mut in_set = 0;
+            let mut recv_on = 0;
+            for _ in 0..300 {
+                let r = rx.read_timeout(&mut buf, Duration::from_secs(5)).unwrap();
+                let r = r.unwrap_or_else(|| panic!("{transport}: no ping in 5 s"));
+                let back = rx.reply_target(&r, mode).unwrap();
+                rx.write(back, b"pong").unwrap();
+                let (set, on) = rx.sleeps_where();
+                in_set += usize::from(set);
+                recv_on += usize::from(on);
+            }
+            let _tx = echo.join().unwrap();
+            if in_recv {
+                assert!(recv_on > 0, "{transport}: never in the recv");
+            } else {
+                assert_eq!((in_set, recv_on), (300, 0), "{transport}: out of the set");
+            }
         }
     }
 }

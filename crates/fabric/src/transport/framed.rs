@@ -631,6 +631,10 @@ impl<S: ByteStream> Connection for Framed<S> {
         self.stream.sleep_read()
     }
 
+    fn can_sleep_read(&self) -> bool {
+        self.stream.can_sleep_read()
+    }
+
     fn look_again(&mut self) {
         self.stream.look_again()
     }

@@ -158,6 +158,11 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     fn sleep_read(&mut self) -> Option<bool> {
         None
     }
+    /// Whether [`sleep_read`](Self::sleep_read) may sleep at all: false
+    /// where the stream has no such sleep, or its socket cannot block.
+    fn can_sleep_read(&self) -> bool {
+        false
+    }
     /// Forgets that the last read emptied the stream: the next read looks
     /// (a look that must not miss what is there, as `try_read`'s).
     fn look_again(&mut self) {}
@@ -294,6 +299,11 @@ pub(crate) trait Connection: fmt::Debug + Send {
     /// [`ByteStream::sleep_read`]): whether something came, or `None`.
     fn sleep_read(&mut self) -> Option<bool> {
         None
+    }
+    /// Whether its stream may sleep in its own read (see
+    /// [`ByteStream::can_sleep_read`]).
+    fn can_sleep_read(&self) -> bool {
+        false
     }
     /// The next pass looks for what has arrived, whatever the last said.
     fn look_again(&mut self) {}

@@ -233,6 +233,10 @@ impl ByteStream for Tcp {
         self.at == self.end
     }
 
+    fn can_sleep_read(&self) -> bool {
+        self.sleeps != Some(false)
+    }
+
     fn sleep_read(&mut self) -> Option<bool> {
         if self.at < self.end || !self.may_sleep() {
             return None;

@@ -238,7 +238,9 @@ impl Udp {
                 // Something not a datagram of an IP peer, or an ICMP error of
                 // an earlier send: nothing to keep, and something heard.
                 Ok(None) => true,
-                // The next look asks again and reports it.
+                // Something heard: the next look asks again, and reports
+                // a lasting error (a socket's pending one is cleared once
+                // reported, here, as a send's ICMP error is passed over).
                 Err(_) => true,
             },
         )
