@@ -559,3 +559,22 @@ fn wait_writable(conn: &mut dyn Connection, completion: Completion, need: usize,
         }
     }
 }
+
+/// Two nodes of this machine that know each other's contact address, in
+/// `dir`, and an endpoint configuration of `completion`: what the
+/// endpoint's unit tests start from.
+#[cfg(test)]
+pub(crate) fn test_nodes(
+    dir: &std::path::Path,
+    completion: Completion,
+) -> (crate::Node, crate::Node, EndpointConfig) {
+    let a = crate::Node::start(crate::NodeConfig::local(1, dir)).unwrap();
+    let b = crate::Node::start(crate::NodeConfig::local(2, dir)).unwrap();
+    a.add_peer(2, b.tcp_addr().unwrap());
+    b.add_peer(1, a.tcp_addr().unwrap());
+    let cfg = EndpointConfig {
+        completion,
+        ..EndpointConfig::default()
+    };
+    (a, b, cfg)
+}

@@ -384,7 +384,7 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests {
-    use crate::{EndpointConfig, Mode, Node, NodeConfig, Transport};
+    use crate::{Completion, Mode, Transport};
     use std::time::Duration;
 
     /// Waiting ping-pongs of two endpoints in two threads over each
@@ -395,14 +395,7 @@ mod tests {
     #[test]
     fn a_quick_peer_moves_the_sleep_into_the_recv_of_a_socket_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-        let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-        a.add_peer(2, b.tcp_addr().unwrap());
-        b.add_peer(1, a.tcp_addr().unwrap());
-        let wait = EndpointConfig {
-            completion: crate::Completion::Wait,
-            ..EndpointConfig::default()
-        };
+        let (a, b, wait) = super::super::test_nodes(dir.path(), Completion::Wait);
         let cases = [
             (Mode::Reliable, Transport::Shm, false),
             (Mode::Reliable, Transport::Tcp, true),

@@ -272,16 +272,10 @@ mod tests {
     /// make a system call); a member's datagram puts them in use.
     #[test]
     fn only_a_members_datagram_puts_datagrams_in_use() {
-        use crate::{EndpointConfig, Mode, Node, NodeConfig, Transport};
+        use crate::{Mode, Transport};
         use macrolink_wire::{FrameKind, Header};
         let dir = tempfile::tempdir().unwrap();
-        let a = Node::start(NodeConfig::local(1, dir.path())).unwrap();
-        let b = Node::start(NodeConfig::local(2, dir.path())).unwrap();
-        b.add_peer(1, a.tcp_addr().unwrap());
-        let poll = EndpointConfig {
-            completion: Completion::Poll,
-            ..EndpointConfig::default()
-        };
+        let (a, b, poll) = super::super::test_nodes(dir.path(), Completion::Poll);
         let mut rx = a.open(5, poll).unwrap();
         let mut tx = b.open(9, poll).unwrap();
         let (hot, port, token) = rx.udp_look();
