@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::peers::resident::Resident;
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::pin::OneProcessor;
 use crate::proto::Test;
@@ -235,10 +236,22 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     };
 
     eprintln!("shm latency ...");
+    // Both sides as many iterations: a run of a fifth of ucx_perftest's
+    // was its first few milliseconds, slower by a third on some machines.
+    let shm_n = n * SHM_LAT_RUN;
     let (ours, theirs, pairs) = alternated(
         BRIEF_ALTERNATIONS,
-        || lat_in(&mut s, Transport::Shm, Mode::Reliable, Completion::Poll, 8),
-        has_ucx.then_some(|| opt(ucx_perftest::latency("posix,self", 8, n * 5)).map(Lat::from)),
+        || {
+            lat_n(
+                &mut s,
+                Transport::Shm,
+                Mode::Reliable,
+                Completion::Poll,
+                8,
+                shm_n,
+            )
+        },
+        has_ucx.then_some(|| opt(ucx_perftest::latency("posix,self", 8, shm_n)).map(Lat::from)),
     )?;
     rows.push(
         row(
@@ -471,6 +484,42 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 .regimes(ours_regime, peer_regime)
                 .p99(ours.p99, theirs.and_then(|l| l.p99))
                 .pairs(pairs),
+            );
+        }
+        // What the threads a node keeps asleep beside the polling one
+        // cost: sockperf busy-polling with one such thread in each of its
+        // processes, beside sockperf as it comes, in the same minute.
+        if has_sockperf {
+            let resident = Resident::new()?;
+            let run = |r| {
+                opt(sockperf::ping_pong_with(
+                    udp,
+                    64,
+                    secs * 2.0,
+                    sockperf::Regime::BusyPoll,
+                    r,
+                ))
+                .map(Lat::from)
+            };
+            let (with, without, pairs) = alternated(
+                ALTERNATIONS,
+                || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
+                Some(|| run(None)),
+            )?;
+            let proto = if udp { "udp" } else { "--tcp" };
+            rows.push(
+                row(
+                    &format!("{t} 64 B ping-pong, sockperf, a thread asleep"),
+                    "us",
+                    Some(with.median),
+                    &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
+                    without.map(|l| l.median),
+                    Goal::Info,
+                )
+                .regimes("busy poll + thread", "busy poll")
+                .p99(with.p99, without.and_then(|l| l.p99))
+                .pairs(pairs)
+                .note(RESIDENT),
             );
         }
         // What sleeping in `poll` (or `epoll_wait`) costs over a blocking
@@ -731,6 +780,10 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 (TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
 -R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
 
+/// The shared-memory latency row's runs, both sides', in `--iterations`:
+/// at 0.1 us a half round trip, 100,000 iterations are 20 ms.
+const SHM_LAT_RUN: u64 = 5;
+
 /// Iterations of a ping-pong whose half round trip took `half_rt_us` that
 /// last `span`: `floor` at least, a hundred times it at most.
 fn iterations_for(span: Duration, half_rt_us: f64, floor: u64) -> u64 {
@@ -753,6 +806,16 @@ slowly: a system call more a message on each side than a blocking recv. In a qui
 ping-pong such as the waiting row's, one of one tcp connection or of datagrams alone \
 sleeps in that socket's own recv, as a blocking recv does (the fabric's recv_sleep): the \
 ratio is what that saves here.";
+
+/// What the rows of sockperf with a thread asleep measure.
+const RESIDENT: &str = "sockperf busy-polling as in the polling row above, with one thread \
+more in each of its processes, asleep (a library preloaded into it, peers::resident), beside \
+sockperf as it comes. A node of ours keeps such threads, its acceptors of tcp and \
+shared-memory connections: in a process of more than one thread every system call on a \
+descriptor takes a reference to its file and drops it after (the kernel's fdget and fput), \
+which a process of one thread skips, and glibc's socket calls switch cancellation on and \
+off around each call. The ratio is what both cost sockperf; ours, raw system calls, pay \
+the first alone.";
 
 /// What the one-processor rows measure.
 const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \

@@ -14,6 +14,8 @@
 
 pub mod fio;
 pub mod iperf3;
+pub mod preload;
+pub mod resident;
 pub mod sockperf;
 pub mod ucx_perftest;
 pub mod written;

@@ -5,6 +5,7 @@ use anyhow::Context;
 use std::process::Command;
 use std::time::Duration;
 
+use super::resident::Resident;
 use super::{free_port, output, Latency, Server, Tool};
 
 /// The tool.
@@ -60,25 +61,42 @@ pub fn counted(secs: f64) -> Duration {
 /// Ping-pong latency (half round trip) of `size`-byte messages over UDP
 /// or TCP on loopback, for `secs` seconds, both sides in `regime`.
 pub fn ping_pong(udp: bool, size: usize, secs: f64, regime: Regime) -> anyhow::Result<Latency> {
+    ping_pong_with(udp, size, secs, regime, None)
+}
+
+/// As [`ping_pong`], with one thread more asleep in each of sockperf's
+/// processes where `resident` is given (see [`Resident`]).
+pub fn ping_pong_with(
+    udp: bool,
+    size: usize,
+    secs: f64,
+    regime: Regime,
+    resident: Option<&Resident>,
+) -> anyhow::Result<Latency> {
     let port = free_port()?.to_string();
     let proto: &[&str] = if udp { &[] } else { &["--tcp"] };
-    let _server = Server::start(
-        Command::new(TOOL.program)
-            .arg("sr")
-            .args(proto)
-            .args(regime.args(false))
-            .args(["-i", "127.0.0.1", "-p", &port]),
-        Duration::from_millis(400),
-    )?;
-    let out = output(
-        Command::new(TOOL.program)
-            .arg("pp")
-            .args(proto)
-            .args(regime.args(true))
-            .args(["-i", "127.0.0.1", "-p", &port, "-m", &size.to_string()])
-            .args(["-t", &format!("{}", run_secs(secs))]),
-        Duration::from_secs(60),
-    )?;
+    let preload = |cmd: &mut Command| {
+        if let Some(r) = resident {
+            r.preload(cmd);
+        }
+    };
+    let mut server = Command::new(TOOL.program);
+    server
+        .arg("sr")
+        .args(proto)
+        .args(regime.args(false))
+        .args(["-i", "127.0.0.1", "-p", &port]);
+    preload(&mut server);
+    let _server = Server::start(&mut server, Duration::from_millis(400))?;
+    let mut client = Command::new(TOOL.program);
+    client
+        .arg("pp")
+        .args(proto)
+        .args(regime.args(true))
+        .args(["-i", "127.0.0.1", "-p", &port, "-m", &size.to_string()])
+        .args(["-t", &format!("{}", run_secs(secs))]);
+    preload(&mut client);
+    let out = output(&mut client, Duration::from_secs(60))?;
     parse(&out).with_context(|| format!("sockperf said: {out}"))
 }
 

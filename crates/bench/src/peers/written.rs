@@ -12,9 +12,10 @@
 //! GB/s as the tool comes and 8.2-9.3 with its buffers written. Ours send
 //! from buffers that hold data, so the peer's do too.
 
-use anyhow::Context;
 use std::path::PathBuf;
 use std::process::Command;
+
+use super::preload::Library;
 
 /// The library, as built for this crate (`build.rs`).
 const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmacrolink_written.so"));
@@ -27,33 +28,24 @@ const LOG_VAR: &str = "MACROLINK_WRITTEN_LOG";
 /// notes its work in; both removed when dropped.
 #[derive(Debug)]
 pub struct Written {
-    dir: tempfile::TempDir,
+    lib: Library,
 }
 
 impl Written {
     /// Writes the library out into a directory of its own.
     pub fn new() -> anyhow::Result<Written> {
-        let dir = tempfile::Builder::new()
-            .prefix("macrolink-written")
-            .tempdir()
-            .context("a directory for the preloaded library")?;
-        let w = Written { dir };
-        std::fs::write(w.library(), LIBRARY).context("writing out the preloaded library")?;
-        Ok(w)
-    }
-
-    fn library(&self) -> PathBuf {
-        self.dir.path().join("libmacrolink_written.so")
+        Ok(Written {
+            lib: Library::write("libmacrolink_written.so", LIBRARY)?,
+        })
     }
 
     fn log(&self) -> PathBuf {
-        self.dir.path().join("written")
+        self.lib.dir().join("written")
     }
 
     /// `cmd` with the library preloaded.
     pub fn preload<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
-        cmd.env("LD_PRELOAD", self.library())
-            .env(LOG_VAR, self.log())
+        self.lib.preload(cmd).env(LOG_VAR, self.log())
     }
 
     /// The sizes of the buffers written so far, by every process started
