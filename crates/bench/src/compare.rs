@@ -490,37 +490,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         // cost: sockperf busy-polling with one such thread in each of its
         // processes, beside sockperf as it comes, in the same minute.
         if has_sockperf {
-            let resident = Resident::new()?;
-            let run = |r| {
-                opt(sockperf::ping_pong_with(
-                    udp,
-                    64,
-                    secs * 2.0,
-                    sockperf::Regime::BusyPoll,
-                    r,
-                ))
-                .map(Lat::from)
-            };
-            let (with, without, pairs) = alternated(
-                ALTERNATIONS,
-                || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
-                Some(|| run(None)),
-            )?;
-            let proto = if udp { "udp" } else { "--tcp" };
-            rows.push(
-                row(
-                    &format!("{t} 64 B ping-pong, sockperf, a thread asleep"),
-                    "us",
-                    Some(with.median),
-                    &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
-                    without.map(|l| l.median),
-                    Goal::Info,
-                )
-                .regimes("busy poll + thread", "busy poll")
-                .p99(with.p99, without.and_then(|l| l.p99))
-                .pairs(pairs)
-                .note(RESIDENT),
-            );
+            rows.push(resident_row(t, udp, secs));
         }
         // What sleeping in `poll` (or `epoll_wait`) costs over a blocking
         // `recv`, in the same minute: the floor under the waiting row's
@@ -779,6 +749,53 @@ ucx_perftest above.";
 const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iterations \
 (TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
 -R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
+
+/// sockperf busy-polling over `t` (udp or tcp) with a thread asleep in
+/// each of its processes, beside sockperf as it comes, alternated. A run
+/// that gives no figure leaves the row without one (`n.a.`), not the
+/// whole comparison.
+fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
+    let proto = if udp { "udp" } else { "--tcp" };
+    let figures = Resident::new().and_then(|resident| {
+        let run = |r| {
+            opt(sockperf::ping_pong_with(
+                udp,
+                64,
+                secs * 2.0,
+                sockperf::Regime::BusyPoll,
+                r,
+            ))
+            .map(Lat::from)
+        };
+        alternated(
+            ALTERNATIONS,
+            || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
+            Some(|| run(None)),
+        )
+    });
+    let (with, without, pairs) = match figures {
+        Ok((w, wo, p)) => (Some(w), wo, Some(p)),
+        Err(e) => {
+            eprintln!("sockperf with a thread asleep ({t}): {e:#}");
+            (None, None, None)
+        }
+    };
+    let r = row(
+        &format!("{t} 64 B ping-pong, sockperf, a thread asleep"),
+        "us",
+        with.map(|l| l.median),
+        &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
+        without.map(|l| l.median),
+        Goal::Info,
+    )
+    .regimes("busy poll + thread", "busy poll")
+    .p99(with.and_then(|l| l.p99), without.and_then(|l| l.p99))
+    .note(RESIDENT);
+    match pairs {
+        Some(p) => r.pairs(p),
+        None => r,
+    }
+}
 
 /// The shared-memory latency row's runs, both sides', in `--iterations`:
 /// at 0.1 us a half round trip, 100,000 iterations are 20 ms.
