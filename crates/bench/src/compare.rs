@@ -467,9 +467,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             let (ours, theirs, pairs) = alternated(
                 ALTERNATIONS,
                 || lat_n(&mut s, t, m, c, 64, iters),
-                has_sockperf.then_some(|| {
-                    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime)).map(Lat::from)
-                }),
+                has_sockperf.then_some(|| sockperf_lat(udp, secs, regime, None)),
             )?;
             let proto = if udp { "udp" } else { "--tcp" };
             rows.push(
@@ -535,15 +533,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let (ours, theirs, pairs) = alternated(
             ALTERNATIONS,
             || lat_n(&mut one, t, m, Completion::Wait, 64, iters),
-            has_sockperf.then_some(|| {
-                opt(sockperf::ping_pong(
-                    udp,
-                    64,
-                    secs * 2.0,
-                    sockperf::Regime::Blocking,
-                ))
-                .map(Lat::from)
-            }),
+            has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::Blocking, None)),
         )?;
         let proto = if udp { "udp" } else { "--tcp" };
         rows.push(
@@ -750,6 +740,18 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 (TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
 -R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
 
+/// A sockperf ping-pong of 64 B over udp or tcp for twice `secs` seconds,
+/// both sides in `regime`, with a thread asleep in each of its processes
+/// where `resident` is given; `None` where it gave no figure.
+fn sockperf_lat(
+    udp: bool,
+    secs: f64,
+    regime: sockperf::Regime,
+    resident: Option<&Resident>,
+) -> Option<Lat> {
+    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime, resident)).map(Lat::from)
+}
+
 /// sockperf busy-polling over `t` (udp or tcp) with a thread asleep in
 /// each of its processes, beside sockperf as it comes, alternated. A run
 /// that gives no figure leaves the row without one (`n.a.`), not the
@@ -757,16 +759,7 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
     let proto = if udp { "udp" } else { "--tcp" };
     let figures = Resident::new().and_then(|resident| {
-        let run = |r| {
-            opt(sockperf::ping_pong_with(
-                udp,
-                64,
-                secs * 2.0,
-                sockperf::Regime::BusyPoll,
-                r,
-            ))
-            .map(Lat::from)
-        };
+        let run = |r| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, r);
         alternated(
             ALTERNATIONS,
             || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),

@@ -59,14 +59,10 @@ pub fn counted(secs: f64) -> Duration {
 }
 
 /// Ping-pong latency (half round trip) of `size`-byte messages over UDP
-/// or TCP on loopback, for `secs` seconds, both sides in `regime`.
-pub fn ping_pong(udp: bool, size: usize, secs: f64, regime: Regime) -> anyhow::Result<Latency> {
-    ping_pong_with(udp, size, secs, regime, None)
-}
-
-/// As [`ping_pong`], with one thread more asleep in each of sockperf's
-/// processes where `resident` is given (see [`Resident`]).
-pub fn ping_pong_with(
+/// or TCP on loopback, for `secs` seconds, both sides in `regime`, with
+/// one thread more asleep in each of sockperf's processes where
+/// `resident` is given (see [`Resident`]).
+pub fn ping_pong(
     udp: bool,
     size: usize,
     secs: f64,
