@@ -146,6 +146,19 @@ mod tests {
         assert_eq!(parse("nothing"), None);
     }
 
+    /// sockperf is installed wherever the tests run (`.ci/run`). With a
+    /// thread asleep preloaded into both of its processes it still runs
+    /// and reports both percentiles.
+    #[test]
+    fn a_run_with_a_thread_asleep_reports_its_percentiles() {
+        let r = Resident::new().unwrap();
+        for udp in [true, false] {
+            let l = ping_pong(udp, 64, 1.0, Regime::Blocking, Some(&r)).unwrap();
+            assert!(l.median > 0.0 && l.median.is_finite(), "{l:?}");
+            assert!(l.p99 >= l.median, "{l:?}");
+        }
+    }
+
     #[test]
     fn busy_polling_is_asked_of_both_sides() {
         assert!(Regime::BusyPoll.args(false).contains(&"--nonblocked"));
