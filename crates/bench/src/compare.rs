@@ -820,12 +820,11 @@ ratio is what that saves here.";
 /// What the rows of sockperf with a thread asleep measure.
 const RESIDENT: &str = "sockperf busy-polling as in the polling row above, with one thread \
 more in each of its processes, asleep (a library preloaded into it, peers::resident), beside \
-sockperf as it comes. A node of ours keeps such threads, its acceptors of tcp and \
-shared-memory connections: in a process of more than one thread every system call on a \
-descriptor takes a reference to its file and drops it after (the kernel's fdget and fput), \
-which a process of one thread skips, and glibc's socket calls switch cancellation on and \
-off around each call. The ratio is what both cost sockperf; ours, raw system calls, pay \
-the first alone.";
+sockperf as it comes. In a process of more than one thread sharing its table of \
+descriptors every system call on a descriptor takes a reference to its file and drops it \
+after (the kernel's fdget and fput), which a process of one thread skips, and glibc's \
+socket calls switch cancellation on and off around each call. The ratio is what both cost \
+sockperf. A node's acceptors run on a table of their own, so ours pay neither.";
 
 /// What the one-processor rows measure.
 const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \

@@ -1,12 +1,13 @@
 //! A process's presence in the fabric: its node id, its listeners (tcp and
-//! the unix socket of shared memory) and their acceptor threads, and the
-//! endpoints it opens. How connections are dialled and accepted is
+//! the unix socket of shared memory) and their acceptor threads (on a
+//! table of descriptors of their own, see [`crate::transport::porter`]),
+//! and the endpoints it opens. How connections are dialled and accepted is
 //! [`crate::transport::contact`].
 
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,7 +17,8 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
 use crate::key::Key;
-use crate::transport::contact::{accept_loop, sweep_stale, Accepted, NodeShared};
+use crate::transport::contact::{accept_loop, sweep_stale, Accepted, NodeShared, Parcel};
+use crate::transport::porter::{self, Dock, Pairs, Porter};
 use crate::transport::sys;
 use crate::transport::ucx;
 use crate::types::EndpointConfig;
@@ -103,7 +105,13 @@ pub fn remove_sockets() {
 #[derive(Debug)]
 pub struct Node {
     shared: Arc<NodeShared>,
-    acceptors: Vec<(RawFd, JoinHandle<()>)>,
+    /// The listeners, as the endpoints' table holds them (shut down to
+    /// stop their acceptors).
+    listeners: Vec<OwnedFd>,
+    acceptors: Vec<JoinHandle<()>>,
+    /// Where what the acceptors take comes in, when they run on a table
+    /// of descriptors of their own.
+    dock: Option<Arc<Dock<Parcel>>>,
     sock_path: Option<PathBuf>,
 }
 
@@ -158,26 +166,19 @@ impl Node {
             Gate::new(cfg.handshakes),
             ucx,
         ));
-        let mut acceptors = Vec::new();
-        if let Some(l) = tcp {
-            let fd = l.as_raw_fd();
-            let sh = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("ml-tcp-accept-{}", cfg.id))
-                .spawn(move || accept_loop(sh, || l.accept().map(|(s, _)| Accepted::Tcp(s))))?;
-            acceptors.push((fd, h));
-        }
-        if let Some(l) = unix {
-            let fd = l.as_raw_fd();
-            let sh = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("ml-shm-accept-{}", cfg.id))
-                .spawn(move || accept_loop(sh, || l.accept().map(|(s, _)| Accepted::Unix(s))))?;
-            acceptors.push((fd, h));
-        }
+        let Acceptors {
+            handles: acceptors,
+            dock,
+        } = start_acceptors(&shared, tcp.as_ref(), unix.as_ref())?;
+        let listeners = [tcp.map(OwnedFd::from), unix.map(OwnedFd::from)]
+            .into_iter()
+            .flatten()
+            .collect();
         Ok(Node {
             shared,
+            listeners,
             acceptors,
+            dock,
             sock_path,
         })
     }
@@ -204,19 +205,20 @@ impl Node {
 
     /// Opens endpoint `ep` on this node (DP-II's `dp_open`).
     pub fn open(&self, ep: u32, cfg: EndpointConfig) -> Result<Endpoint> {
-        Endpoint::open(self.shared.clone(), ep, cfg)
+        Endpoint::open(self.shared.clone(), self.dock.clone(), ep, cfg)
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
         self.shared.stop();
-        for (fd, _) in &self.acceptors {
-            sys::shutdown(*fd);
+        for l in &self.listeners {
+            sys::shutdown(l.as_raw_fd());
         }
-        for (_, h) in self.acceptors.drain(..) {
+        for h in self.acceptors.drain(..) {
             let _ = h.join();
         }
+        porter::close_orphans();
         if let Some(p) = &self.sock_path {
             let _ = std::fs::remove_file(p);
             let mut live = SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -225,4 +227,118 @@ impl Drop for Node {
             }
         }
     }
+}
+
+/// Starts the acceptors of the listeners `tcp` and `unix`: on a table of
+/// descriptors of their own where the kernel lets them (see
+/// [`crate::transport::porter`]), with the dock their connections come
+/// in at; else on this one, as the endpoints. Either way they hold
+/// listeners of their own, and these stay the node's.
+fn start_acceptors(
+    shared: &Arc<NodeShared>,
+    tcp: Option<&TcpListener>,
+    unix: Option<&UnixListener>,
+) -> io::Result<Acceptors> {
+    if tcp.is_none() && unix.is_none() {
+        return Ok(Acceptors {
+            handles: Vec::new(),
+            dock: None,
+        });
+    }
+    let pairs = Pairs::<Parcel>::new()?;
+    let (tcp_fd, unix_fd) = (tcp.map(AsRawFd::as_raw_fd), unix.map(AsRawFd::as_raw_fd));
+    let keep: Vec<RawFd> = [
+        tcp_fd,
+        unix_fd,
+        Some(pairs.parcels_tx.as_raw_fd()),
+        Some(pairs.bells_rx.as_raw_fd()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let porter = pairs.dock.porter().clone();
+    let sh = shared.clone();
+    let id = shared.id;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let parent = std::thread::Builder::new()
+        .name(format!("ml-accept-{id}"))
+        .spawn(move || {
+            let porter = match porter::own_table(&keep) {
+                Ok(()) => {
+                    porter::mark();
+                    Some(porter)
+                }
+                Err(e) => {
+                    tracing::debug!("node {id}: the acceptors share the endpoints' table: {e}");
+                    None
+                }
+            };
+            let own = porter.is_some();
+            // This table's listener of descriptor `fd`: its own copy, or
+            // one of its own on the shared table.
+            let take = |fd: RawFd| -> io::Result<OwnedFd> {
+                if own {
+                    // SAFETY: `fd` is a listener kept open in this table,
+                    // which no one else closes here.
+                    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+                } else {
+                    // SAFETY: the node's listener, open while it starts.
+                    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+                }
+            };
+            let started = (|| -> io::Result<Vec<JoinHandle<()>>> {
+                let mut handles = Vec::new();
+                if let Some(fd) = tcp_fd {
+                    let l = TcpListener::from(take(fd)?);
+                    handles.push(spawn_acceptor("tcp", &sh, &porter, move || {
+                        l.accept().map(|(s, _)| Accepted::Tcp(s))
+                    })?);
+                }
+                if let Some(fd) = unix_fd {
+                    let l = UnixListener::from(take(fd)?);
+                    handles.push(spawn_acceptor("shm", &sh, &porter, move || {
+                        l.accept().map(|(s, _)| Accepted::Unix(s))
+                    })?);
+                }
+                if let Some(p) = porter.clone() {
+                    // Until the endpoints' side is gone, which may be after
+                    // the node: not joined.
+                    std::thread::Builder::new()
+                        .name(format!("ml-bells-{id}"))
+                        .spawn(move || p.listen_to_bells())?;
+                }
+                Ok(handles)
+            })();
+            let _ = tx.send((own, started));
+        })?;
+    let answer = rx.recv();
+    let _ = parent.join();
+    let (own, started) = answer.map_err(|_| io::Error::other("the acceptors did not start"))?;
+    let handles = started?;
+    // The acceptors' ends are theirs now (or unused): closed here.
+    let Pairs { dock, .. } = pairs;
+    Ok(Acceptors {
+        handles,
+        dock: own.then(|| Arc::new(dock)),
+    })
+}
+
+/// Starts the acceptor `ml-{kind}-accept-{id}` of the node `sh`.
+fn spawn_acceptor(
+    kind: &str,
+    sh: &Arc<NodeShared>,
+    porter: &Option<Arc<Porter<Parcel>>>,
+    accept: impl Fn() -> io::Result<Accepted> + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    let (sh, p) = (sh.clone(), porter.clone());
+    std::thread::Builder::new()
+        .name(format!("ml-{kind}-accept-{}", sh.id))
+        .spawn(move || accept_loop(sh, p, accept))
+}
+
+/// A node's acceptor threads, and the dock their connections come in at
+/// when they run on a table of their own.
+struct Acceptors {
+    handles: Vec<JoinHandle<()>>,
+    dock: Option<Arc<Dock<Parcel>>>,
 }

@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::pool::TokenPool;
 use crate::rx::{Core, SPINS_PER_CHECK};
-use crate::transport::contact::{Inbox, Incoming, NodeShared};
+use crate::transport::contact::{Inbox, Incoming, NodeShared, Parcel};
+use crate::transport::porter::Dock;
 use crate::transport::tcp::COLD_EVERY;
 use crate::transport::udp::Udp;
 use crate::transport::{sys, ucx, Connection, SendState};
@@ -116,6 +117,9 @@ enum Deadline {
 #[derive(Debug)]
 pub struct Endpoint {
     node: Arc<NodeShared>,
+    /// Where connections the node's acceptors take come in, when they run
+    /// on a table of descriptors of their own.
+    dock: Option<Arc<Dock<Parcel>>>,
     id: u32,
     /// The header of a message from this endpoint, but for its receiver,
     /// length and number: a send copies it whole rather than building it
@@ -162,7 +166,12 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn open(node: Arc<NodeShared>, id: u32, cfg: EndpointConfig) -> Result<Endpoint> {
+    pub(crate) fn open(
+        node: Arc<NodeShared>,
+        dock: Option<Arc<Dock<Parcel>>>,
+        id: u32,
+        cfg: EndpointConfig,
+    ) -> Result<Endpoint> {
         let udp = node
             .udp_ip
             .map(|ip| Udp::bind(ip, node.mtu, node.datagram_token))
@@ -180,8 +189,18 @@ impl Endpoint {
         let token_size = cfg.token_size.max(node.mtu).max(4096);
         let tokens = cfg.tokens.max(1);
         let pool = TokenPool::new(tokens, token_size)?;
-        node.register(id, inbox.clone())?;
+        // The acceptors hear of the endpoint before they can find it.
+        if let Some(d) = &dock {
+            d.bell(id, inbox.serial, Some(inbox.wake.fd()));
+        }
+        if let Err(e) = node.register(id, inbox.clone()) {
+            if let Some(d) = &dock {
+                d.bell(id, inbox.serial, None);
+            }
+            return Err(e);
+        }
         let mut ep = Endpoint {
+            dock,
             id,
             inbox,
             slots: Vec::new(),
@@ -529,6 +548,9 @@ impl Drop for Endpoint {
         // Connections go before the UCX worker they were made on.
         self.slots.clear();
         self.node.unregister(self.id);
+        if let Some(d) = &self.dock {
+            d.bell(self.id, self.inbox.serial, None);
+        }
     }
 }
 

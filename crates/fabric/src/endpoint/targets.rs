@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{lost, Conn, Endpoint, Route, Slot, TargetEntry};
 use crate::error::{Error, Result};
-use crate::transport::contact::{Dialled, RAIL_USER_TIMEOUT_MS};
+use crate::transport::contact::{self, Dialled, RAIL_USER_TIMEOUT_MS};
 use crate::types::{Addr, Mode, Recv, Target, Transport};
 
 impl Endpoint {
@@ -249,6 +249,15 @@ impl Endpoint {
 
     pub(super) fn adopt(&mut self) {
         self.inbox.take(&mut self.incoming);
+        if let Some(d) = &self.dock {
+            contact::collect(
+                d,
+                &self.node,
+                self.id,
+                self.inbox.serial,
+                &mut self.incoming,
+            );
+        }
         while let Some(inc) = self.incoming.pop() {
             // Accepted before the endpoint was bound to a session?
             if self.inbox.admits(inc.peer, None) {

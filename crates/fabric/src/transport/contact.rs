@@ -16,6 +16,11 @@
 //!                                      on its next progress call
 //! ```
 //!
+//! The acceptors and their handshake threads run on a table of
+//! descriptors of their own where the kernel allows it: the stream then
+//! crosses to the endpoints' table through the node's porter
+//! ([`super::porter`]) rather than straight into the inbox.
+//!
 //! Both sides prove the fabric key ([`crate::Key`]); a peer that cannot is
 //! refused before it reaches any endpoint. The whole handshake has one
 //! deadline, and the node's [`Gate`] caps how many are pending.
@@ -27,8 +32,10 @@ use macrolink_wire::{
     Challenge, Flags, FrameKind, Header, Proof, Refusal, CHALLENGE_LEN, HEADER_LEN, MAC_LEN,
     NONCE_LEN, PROOF_LEN,
 };
+use memmap2::MmapRaw;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
+use std::mem::ManuallyDrop;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -39,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use super::framed::Framed;
 use super::memfd;
+use super::porter::{self, Dock, Porter};
 use super::shm::{Bells, ShmStream, Side};
 use super::tcp::Tcp;
 use super::ucx;
@@ -105,7 +113,9 @@ const UNBOUND: u64 = u64::MAX;
 pub(crate) struct Inbox {
     pending: Mutex<Vec<Incoming>>,
     flag: AtomicBool,
-    pub(crate) wake: EventFd,
+    /// Rung by whoever hands the endpoint a connection from its table
+    /// (the acceptors from theirs ring a copy, see [`super::porter`]).
+    pub(crate) wake: ManuallyDrop<EventFd>,
     pub(crate) udp_port: u16,
     /// The endpoint's UCX worker, as its acceptors need it.
     pub(crate) ucx: Option<Arc<ucx::Shared>>,
@@ -117,19 +127,26 @@ pub(crate) struct Inbox {
     session_node: AtomicU64,
     /// Connections and frames refused because they were of another session.
     pub(crate) strangers: AtomicU64,
+    /// This inbox among all of the process's, as an endpoint's id may be
+    /// opened again.
+    pub(crate) serial: u64,
 }
+
+/// The serial of the next inbox.
+static INBOXES: AtomicU64 = AtomicU64::new(0);
 
 impl Inbox {
     pub(crate) fn new(udp_port: u16, ucx: Option<Arc<ucx::Shared>>) -> io::Result<Inbox> {
         Ok(Inbox {
             pending: Mutex::new(Vec::new()),
             flag: AtomicBool::new(false),
-            wake: EventFd::new()?,
+            wake: ManuallyDrop::new(EventFd::new()?),
             udp_port,
             ucx,
             session: Mutex::new(None),
             session_node: AtomicU64::new(UNBOUND),
             strangers: AtomicU64::new(0),
+            serial: INBOXES.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -171,6 +188,12 @@ impl Inbox {
         self.wake.notify();
     }
 
+    /// Has the endpoint look for new connections without waking it: they
+    /// wait with the node's porter (see [`super::porter`]).
+    pub(crate) fn stir(&self) {
+        self.flag.store(true, Ordering::Release);
+    }
+
     /// Whether new connections may be waiting: one atomic load.
     #[inline]
     pub(crate) fn stirred(&self) -> bool {
@@ -181,6 +204,18 @@ impl Inbox {
     pub(crate) fn take(&self, into: &mut Vec<Incoming>) {
         if self.flag.load(Ordering::Acquire) && self.flag.swap(false, Ordering::AcqRel) {
             into.append(&mut lock(&self.pending));
+        }
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and not used after.
+        let wake = unsafe { ManuallyDrop::take(&mut self.wake) };
+        if porter::on_acceptors_table() {
+            // The last holder was a handshake on the acceptors' table,
+            // where the doorbell's number is not the doorbell.
+            porter::orphan(wake.into_raw());
         }
     }
 }
@@ -265,7 +300,7 @@ impl NodeShared {
         lock(&self.registry).remove(&ep);
     }
 
-    fn inbox(&self, ep: u32) -> Option<Arc<Inbox>> {
+    pub(crate) fn inbox(&self, ep: u32) -> Option<Arc<Inbox>> {
         lock(&self.registry).get(&ep).cloned()
     }
 
@@ -528,7 +563,17 @@ pub(crate) enum Accepted {
 
 /// Takes connections from `accept` and hands each to a handshake thread,
 /// until the node stops.
-pub(crate) fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Result<Accepted>) {
+/// `porter`: the acceptors run on a table of descriptors of their own
+/// (see [`super::porter`]), and what they take crosses to the endpoints'
+/// through it; `None`, on the endpoints' table.
+pub(crate) fn accept_loop(
+    shared: Arc<NodeShared>,
+    porter: Option<Arc<Porter<Parcel>>>,
+    accept: impl Fn() -> io::Result<Accepted>,
+) {
+    if porter.is_some() {
+        porter::mark();
+    }
     loop {
         let acc = accept();
         if shared.stopping.load(Ordering::Acquire) {
@@ -537,10 +582,14 @@ pub(crate) fn accept_loop(shared: Arc<NodeShared>, accept: impl Fn() -> io::Resu
         match acc {
             Ok(a) => {
                 let sh = shared.clone();
+                let porter = porter.clone();
                 let spawned = std::thread::Builder::new()
                     .name("ml-handshake".into())
                     .spawn(move || {
-                        if let Err(e) = accept_one(&sh, a) {
+                        if porter.is_some() {
+                            porter::mark();
+                        }
+                        if let Err(e) = accept_one(&sh, porter.as_deref(), a) {
                             tracing::debug!("handshake failed: {e}");
                         }
                     });
@@ -562,14 +611,19 @@ fn refuse(s: &mut impl Write, why: Refusal) -> io::Result<()> {
     s.write_all(&h.encode())
 }
 
-fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
+fn accept_one(
+    shared: &NodeShared,
+    porter: Option<&Porter<Parcel>>,
+    acc: Accepted,
+) -> io::Result<()> {
+    let to = To { shared, porter };
     match acc {
         Accepted::Tcp(mut s) => {
             let from = Source::Ip(s.peer_addr()?.ip());
             let pass = shared.gate.enter(from, &s)?;
             s.set_nodelay(true)?;
             let sock = s.try_clone()?;
-            greet(shared, &mut s, pass.until, false, move |h, _| {
+            greet(to, &mut s, pass.until, false, move |h, _| {
                 if h.flags.contains(Flags::RAIL) {
                     // This end too must not wait on a dark link: a reader in
                     // the middle of a message from it, or a writer of answers
@@ -577,7 +631,7 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                     sys::fail_fast(sock.as_raw_fd(), RAIL_USER_TIMEOUT_MS)?;
                 }
                 sock.set_nonblocking(true)?;
-                Ok(Dialled::Tcp(sock))
+                Ok(Taken::Tcp(sock))
             })
         }
         Accepted::Unix(mut s) => {
@@ -585,17 +639,22 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
                 rustix::net::sockopt::socket_peercred(&s).map_or(u32::MAX, |c| c.uid.as_raw());
             let pass = shared.gate.enter(Source::Uid(uid), &s)?;
             let sock = s.try_clone()?;
-            greet(shared, &mut s, pass.until, true, move |h, fds| {
+            greet(to, &mut s, pass.until, true, move |h, fds| {
                 let [Some(segment), Some(hear), Some(ring), Some(keep)] = fds else {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "no segment and doorbells came with the hello",
                     ));
                 };
-                let map = ShmStream::open(segment, h.total as usize)?;
+                let cap = h.total as usize;
+                let map = ShmStream::open(segment, cap)?;
                 let bells = Bells::from_peer([hear, ring, keep])?;
-                let stream = ShmStream::new(map, h.total as usize, Side::Acceptor, sock, bells)?;
-                Ok(Dialled::Shm(Box::new(stream)))
+                Ok(Taken::Shm {
+                    map,
+                    cap,
+                    sock,
+                    bells,
+                })
             })
         }
     }
@@ -605,15 +664,16 @@ fn accept_one(shared: &NodeShared, acc: Accepted) -> io::Result<()> {
 /// hello and proof, the checks, then `make` builds the stream, which goes
 /// to its endpoint before the answer goes out.
 fn greet<S>(
-    shared: &NodeShared,
+    to: To<'_>,
     s: &mut S,
     until: Instant,
     unix: bool,
-    make: impl FnOnce(&Header, HelloFds) -> io::Result<Dialled>,
+    make: impl FnOnce(&Header, HelloFds) -> io::Result<Taken>,
 ) -> io::Result<()>
 where
     S: Read + Write + AsRawFd + AsFd,
 {
+    let shared = to.shared;
     let mut t = Timed { stream: s, until };
     let (heard, inbox, fds) = match hear_hello(shared, &mut t, unix)? {
         Some(h) => h,
@@ -641,13 +701,16 @@ where
             return refuse(&mut t, Refusal::Malformed);
         }
     };
-    let (Some(side), Dialled::Tcp(sock)) = (side, &stream) else {
+    let (Some(side), Taken::Tcp(sock)) = (side, &stream) else {
         // The connection is the endpoint's before the answer goes: the
         // initiator, answered, may tell the endpoint over another
         // connection to reply over this one, and the endpoint must then
         // find it. An answer that fails leaves it to find the connection
         // closed.
-        inbox.push(Incoming { peer, link: stream });
+        if let Err(e) = to.deliver(h.dst_ep, &inbox, peer, stream) {
+            tracing::warn!("refusing a connection from {peer}: {e}");
+            return refuse(&mut t, Refusal::Busy);
+        }
         answer(&mut t)?;
         return Ok(());
     };
@@ -663,11 +726,46 @@ where
     answer(&mut t)?;
     let card = read_card(&mut t).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let contact = ucx::Contact::new(sock.try_clone()?, index, token, card, side.clone()).accepted();
-    inbox.push(Incoming {
-        peer,
-        link: Dialled::Ucx(contact),
-    });
+    to.deliver(h.dst_ep, &inbox, peer, Taken::Ucx(contact))?;
     t.write_all(&side.card(index, token).encode())
+}
+
+/// Where a handshake's connection goes: straight to its endpoint's inbox,
+/// or, from an acceptors' table of their own, through the porter.
+#[derive(Clone, Copy)]
+struct To<'a> {
+    shared: &'a NodeShared,
+    porter: Option<&'a Porter<Parcel>>,
+}
+
+impl To<'_> {
+    fn deliver(&self, ep: u32, inbox: &Inbox, peer: Addr, taken: Taken) -> io::Result<()> {
+        match self.porter {
+            Some(p) => {
+                let (shape, fds) = taken.split();
+                let serial = inbox.serial;
+                p.carry(
+                    Parcel {
+                        ep,
+                        serial,
+                        peer,
+                        shape,
+                    },
+                    fds,
+                )?;
+                inbox.stir();
+                p.ring(ep, serial);
+                Ok(())
+            }
+            None => {
+                inbox.push(Incoming {
+                    peer,
+                    link: taken.into_dialled()?,
+                });
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Reads a peer's UCX card, all of it within the handshake's deadline.
@@ -894,9 +992,284 @@ pub(crate) fn sweep_stale(dir: &Path) {
     }
 }
 
+/// A connection an acceptor took and proved, before it is a stream.
+pub(crate) enum Taken {
+    Tcp(TcpStream),
+    /// The segment mapped (a mapping is the process's, not a table's), the
+    /// socket and the doorbells the initiator sent.
+    Shm {
+        map: MmapRaw,
+        cap: usize,
+        sock: UnixStream,
+        bells: Bells,
+    },
+    Ucx(ucx::Contact),
+}
+
+impl Taken {
+    /// The stream, in the table the descriptors are in.
+    pub(crate) fn into_dialled(self) -> io::Result<Dialled> {
+        Ok(match self {
+            Taken::Tcp(s) => Dialled::Tcp(s),
+            Taken::Shm {
+                map,
+                cap,
+                sock,
+                bells,
+            } => Dialled::Shm(Box::new(ShmStream::new(
+                map,
+                cap,
+                Side::Acceptor,
+                sock,
+                bells,
+            )?)),
+            Taken::Ucx(c) => Dialled::Ucx(c),
+        })
+    }
+
+    /// Its descriptors, and the rest.
+    fn split(self) -> (Shape, Vec<OwnedFd>) {
+        match self {
+            Taken::Tcp(s) => (Shape::Tcp, vec![s.into()]),
+            Taken::Shm {
+                map,
+                cap,
+                sock,
+                bells,
+            } => {
+                let [hear, ring, keep] = bells.into_ends();
+                (Shape::Shm { map, cap }, vec![sock.into(), hear, ring, keep])
+            }
+            Taken::Ucx(c) => {
+                let ucx::Contact {
+                    sock,
+                    index,
+                    token,
+                    peer,
+                    guard,
+                    accepted,
+                } = c;
+                let shape = Shape::Ucx {
+                    index,
+                    token,
+                    peer,
+                    guard,
+                    accepted,
+                };
+                (shape, vec![sock.into()])
+            }
+        }
+    }
+}
+
+/// A taken connection without its descriptors.
+pub(crate) enum Shape {
+    Tcp,
+    Shm {
+        map: MmapRaw,
+        cap: usize,
+    },
+    Ucx {
+        index: u16,
+        token: u64,
+        peer: macrolink_wire::ucx::Card,
+        guard: ucx::IndexGuard,
+        accepted: bool,
+    },
+}
+
+impl Shape {
+    /// The connection again, with `fds` (of the table this runs in).
+    fn join(self, fds: Vec<OwnedFd>) -> io::Result<Taken> {
+        let mut fds = fds.into_iter();
+        let mut next = || {
+            fds.next().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a parcel came short of a descriptor",
+                )
+            })
+        };
+        Ok(match self {
+            Shape::Tcp => Taken::Tcp(TcpStream::from(next()?)),
+            Shape::Shm { map, cap } => {
+                let sock = UnixStream::from(next()?);
+                let ends = [next()?, next()?, next()?];
+                Taken::Shm {
+                    map,
+                    cap,
+                    sock,
+                    bells: Bells::from_peer(ends)?,
+                }
+            }
+            Shape::Ucx {
+                index,
+                token,
+                peer,
+                guard,
+                accepted,
+            } => Taken::Ucx(ucx::Contact {
+                sock: TcpStream::from(next()?),
+                index,
+                token,
+                peer,
+                guard,
+                accepted,
+            }),
+        })
+    }
+}
+
+/// What a parcel of the porter is: the endpoint its connection is for
+/// (by id and by the serial of its inbox, as an id may be opened again),
+/// the peer, and the connection but for its descriptors.
+pub(crate) struct Parcel {
+    ep: u32,
+    serial: u64,
+    peer: Addr,
+    shape: Shape,
+}
+
+/// From the endpoints' table: takes what the acceptors carried, builds
+/// the streams and gives each to its endpoint: to `into` when it is
+/// endpoint `ep` (inbox `serial`), else to its inbox. One whose endpoint
+/// has closed is dropped.
+pub(crate) fn collect(
+    dock: &Dock<Parcel>,
+    node: &NodeShared,
+    ep: u32,
+    serial: u64,
+    into: &mut Vec<Incoming>,
+) {
+    dock.take(|p, fds| {
+        let link = match p.shape.join(fds).and_then(Taken::into_dialled) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("a connection from {} could not be taken: {e}", p.peer);
+                return;
+            }
+        };
+        let inc = Incoming { peer: p.peer, link };
+        if p.ep == ep && p.serial == serial {
+            into.push(inc);
+        } else if let Some(inbox) = node.inbox(p.ep).filter(|i| i.serial == p.serial) {
+            inbox.push(inc);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::Limits;
+    use crate::transport::porter::Pairs;
+
+    /// A handshake's way to its endpoint through `porter`.
+    fn carrier<'a>(node: &'a NodeShared, porter: &'a Porter<Parcel>) -> To<'a> {
+        To {
+            shared: node,
+            porter: Some(porter),
+        }
+    }
+
+    /// A loopback TCP pair.
+    fn tcp_pair() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn reads_one(efd: &EventFd) -> bool {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a live u64.
+        let n = unsafe { libc::read(efd.raw(), (&mut v as *mut u64).cast(), 8) };
+        n == 8 && v >= 1
+    }
+
+    #[test]
+    fn a_carried_connection_arrives_at_its_endpoint_and_wakes_it() {
+        // Both sides in one table here: the numbers each side keeps are
+        // valid in it, which the crossing does not rely on.
+        let pairs = Pairs::<Parcel>::new().unwrap();
+        let (dock, porter) = (&pairs.dock, pairs.dock.porter().clone());
+        let node = shared();
+        let inbox = Arc::new(Inbox::new(0, None).unwrap());
+        node.register(3, inbox.clone()).unwrap();
+        dock.bell(3, inbox.serial, Some(inbox.wake.fd()));
+        let (ours, mut theirs) = tcp_pair();
+        let peer = Addr::new(9, 1);
+        carrier(&node, &porter)
+            .deliver(3, &inbox, peer, Taken::Tcp(ours))
+            .unwrap();
+        assert!(inbox.stirred(), "the endpoint looks");
+        assert!(reads_one(&inbox.wake), "the endpoint woke");
+        let mut got = Vec::new();
+        collect(dock, &node, 3, inbox.serial, &mut got);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].peer, peer);
+        let Dialled::Tcp(mut s) = got.pop().unwrap().link else {
+            panic!("a tcp stream");
+        };
+        s.write_all(b"over").unwrap();
+        let mut buf = [0u8; 4];
+        theirs.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"over");
+        let mut again = Vec::new();
+        collect(dock, &node, 3, inbox.serial, &mut again);
+        assert!(again.is_empty(), "taken once");
+    }
+
+    #[test]
+    fn a_connection_for_another_endpoint_goes_to_its_inbox_and_one_for_a_closed_one_is_closed() {
+        let pairs = Pairs::<Parcel>::new().unwrap();
+        let (dock, porter) = (&pairs.dock, pairs.dock.porter().clone());
+        let node = shared();
+        let (me, other) = (
+            Arc::new(Inbox::new(0, None).unwrap()),
+            Arc::new(Inbox::new(0, None).unwrap()),
+        );
+        node.register(1, me.clone()).unwrap();
+        node.register(2, other.clone()).unwrap();
+        let (to_other, _keep) = tcp_pair();
+        carrier(&node, &porter)
+            .deliver(2, &other, Addr::new(9, 2), Taken::Tcp(to_other))
+            .unwrap();
+        // Endpoint 2 closes, and 2 opens again: the one for the closed
+        // one is not the new one's.
+        let (to_closed, mut closed_peer) = tcp_pair();
+        let gone = Inbox::new(0, None).unwrap();
+        carrier(&node, &porter)
+            .deliver(2, &gone, Addr::new(9, 3), Taken::Tcp(to_closed))
+            .unwrap();
+        let mut got = Vec::new();
+        collect(dock, &node, 1, me.serial, &mut got);
+        assert!(got.is_empty(), "none was endpoint 1's");
+        let mut theirs = Vec::new();
+        other.take(&mut theirs);
+        assert_eq!(theirs.len(), 1);
+        assert_eq!(theirs[0].peer, Addr::new(9, 2));
+        closed_peer
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(closed_peer.read(&mut buf).unwrap(), 0, "closed");
+    }
+
+    fn shared() -> NodeShared {
+        NodeShared::new(
+            7,
+            2048,
+            4096,
+            None,
+            None,
+            None,
+            BTreeMap::new(),
+            Key::open(),
+            Gate::new(Limits::default()),
+            None,
+        )
+    }
 
     #[test]
     fn sockets_of_dead_nodes_are_swept_and_live_ones_kept() {

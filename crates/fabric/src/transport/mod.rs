@@ -22,6 +22,7 @@ pub(crate) mod contact;
 pub(crate) mod framed;
 pub(crate) mod memfd;
 pub(crate) mod offer;
+pub(crate) mod porter;
 pub(crate) mod region;
 pub(crate) mod shm;
 pub(crate) mod sys;

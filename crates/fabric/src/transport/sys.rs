@@ -165,6 +165,15 @@ impl EventFd {
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+
+    /// The descriptor, no longer closed when this is dropped.
+    pub(crate) fn into_raw(self) -> RawFd {
+        std::os::fd::IntoRawFd::into_raw_fd(self.0)
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.0)
+    }
 }
 
 /// An epoll set of descriptors waited on for reading, each level-triggered

@@ -113,6 +113,11 @@ impl Bells {
     /// The acceptor's doorbells, from the ends the initiator sent, after
     /// checking that they are the read end and the write end of pipes,
     /// and that the end to keep reads the pipe it rings.
+    /// The ends again, as [`Bells::from_peer`] takes them.
+    pub(crate) fn into_ends(self) -> PeerEnds {
+        [self.hear, self.ring, self._keep]
+    }
+
     pub(crate) fn from_peer([hear, ring, keep]: PeerEnds) -> io::Result<Bells> {
         check_end(&hear, rustix::fs::OFlags::RDONLY, "read")?;
         let rung = check_end(&ring, rustix::fs::OFlags::WRONLY, "write")?;
