@@ -100,8 +100,10 @@ impl<P> Pairs<P> {
         let (parcels_tx, parcels_rx) = pair()?;
         let (bells_tx, bells_rx) = pair()?;
         // Neither side waits on the other: a parcel that finds no room is
-        // a connection refused, an endpoint's look finds what is there.
-        for end in [&parcels_tx, &parcels_rx, &bells_rx] {
+        // a connection refused, a bell that finds none an endpoint the
+        // acceptors do not wake (it finds its connections on its next
+        // pass), and a look takes what is there.
+        for end in [&parcels_tx, &parcels_rx, &bells_tx, &bells_rx] {
             rustix::io::ioctl_fionbio(end, true)?;
         }
         let porter = Arc::new(Porter {
@@ -152,7 +154,9 @@ impl<P> Porter<P> {
     /// acceptors' copy of its doorbell.
     pub(crate) fn ring(&self, ep: u32, serial: u64) {
         let mut rings = lock(&self.rings);
-        self.hear_bells(&mut rings);
+        if let Err(e) = self.hear_bells(&mut rings) {
+            tracing::warn!("the acceptors' bells: {e}");
+        }
         if let Some(&(s, fd)) = rings.get(&ep) {
             if s == serial {
                 let one: u64 = 1;
@@ -167,7 +171,7 @@ impl<P> Porter<P> {
     /// Takes the bells waiting into `rings`: doorbells of endpoints opened
     /// (copied into this table), and of endpoints closed (closed here).
     /// `Ok(false)` when the endpoints' side is gone.
-    fn hear_bells(&self, rings: &mut HashMap<u32, (u64, RawFd)>) -> bool {
+    fn hear_bells(&self, rings: &mut HashMap<u32, (u64, RawFd)>) -> io::Result<bool> {
         // SAFETY: the read end of the bells in the acceptors' table.
         let rx = unsafe { BorrowedFd::borrow_raw(self.bells) };
         loop {
@@ -176,18 +180,16 @@ impl<P> Porter<P> {
             let got = memfd::recv_with_fds(rx, &mut b, |f| {
                 fd.get_or_insert(f);
             });
-            match got {
-                Ok(Some(BELL_LEN)) => {}
-                Ok(Some(0)) => return false,
-                Ok(Some(_)) => continue,
-                Ok(None) => return true,
-                Err(e) => {
-                    tracing::debug!("the bells: {e}");
-                    return false;
-                }
+            match got? {
+                Some(BELL_LEN) => {}
+                Some(0) => return Ok(false),
+                Some(_) => continue,
+                None => return Ok(true),
             }
             let ep = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            let serial = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
+            let mut s8 = [0u8; 8];
+            s8.copy_from_slice(&b[4..]);
+            let serial = u64::from_le_bytes(s8);
             let old = match fd {
                 Some(f) => rings.insert(ep, (serial, f.into_raw_fd())),
                 None => match rings.get(&ep) {
@@ -208,8 +210,15 @@ impl<P> Porter<P> {
     pub(crate) fn listen_to_bells(&self) {
         mark();
         loop {
-            if !self.hear_bells(&mut lock(&self.rings)) {
-                return;
+            match self.hear_bells(&mut lock(&self.rings)) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    // Looked at again after a pause, not in a spin.
+                    tracing::warn!("the acceptors' bells: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
             }
             let _ = sys::wait_fd(
                 self.bells,
@@ -234,8 +243,9 @@ impl<P> Dock<P> {
                 .map_err(io::Error::from),
         };
         if let Err(e) = sent {
-            // The acceptors are gone (the node stopped): nothing to wake.
-            tracing::debug!("endpoint {ep}: the acceptors did not hear of it: {e}");
+            // A sleeping endpoint is then woken by its next nap's end, not
+            // by the acceptors, and finds its connections on that pass.
+            tracing::warn!("endpoint {ep}: the acceptors did not hear of it: {e}");
         }
     }
 
