@@ -259,11 +259,17 @@ fn start_acceptors(
     let porter = pairs.dock.porter().clone();
     let sh = shared.clone();
     let id = shared.id;
+    let try_own = !share_table();
     let (tx, rx) = std::sync::mpsc::channel();
     let parent = std::thread::Builder::new()
         .name(format!("ml-accept-{id}"))
         .spawn(move || {
-            let porter = match porter::own_table(&keep) {
+            let owned = if try_own {
+                porter::own_table(&keep)
+            } else {
+                Err(io::Error::other("asked to share"))
+            };
+            let porter = match owned {
                 Ok(()) => {
                     porter::mark();
                     Some(porter)
@@ -323,6 +329,23 @@ fn start_acceptors(
     })
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The nodes this thread starts keep their acceptors on its table, as
+    /// where the kernel refuses them one of their own.
+    static SHARE_TABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn share_table() -> bool {
+    SHARE_TABLE.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+fn share_table() -> bool {
+    false
+}
+
 /// Starts the acceptor `ml-{kind}-accept-{id}` of the node `sh`.
 fn spawn_acceptor(
     kind: &str,
@@ -341,4 +364,50 @@ fn spawn_acceptor(
 struct Acceptors {
     handles: Vec<JoinHandle<()>>,
     dock: Option<Arc<Dock<Parcel>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::porter::tests::{same_table, threads_named};
+    use crate::types::{Addr, Completion, Mode, Transport};
+
+    #[test]
+    fn acceptors_on_the_endpoints_table_where_refused_their_own_still_hand_connections_over() {
+        let dir = tempfile::tempdir().unwrap();
+        SHARE_TABLE.with(|s| s.set(true));
+        let shared = Node::start(NodeConfig::local(4411, dir.path())).unwrap();
+        SHARE_TABLE.with(|s| s.set(false));
+        let own = Node::start(NodeConfig::local(4412, dir.path())).unwrap();
+        shared.add_peer(4412, own.tcp_addr().unwrap());
+        own.add_peer(4411, shared.tcp_addr().unwrap());
+        assert!(shared.dock.is_none() && own.dock.is_some());
+        // The shared node's acceptors are on this thread's table.
+        let me = rustix::thread::gettid().as_raw_nonzero().get();
+        let on_mine = threads_named("ml-tcp-accept-")
+            .into_iter()
+            .filter(|&t| same_table(me, t) == Some(true))
+            .count();
+        assert!(on_mine >= 1, "an acceptor on this thread's table");
+        let cfg = EndpointConfig {
+            completion: Completion::Wait,
+            ..EndpointConfig::default()
+        };
+        // Endpoint 1 of each node dials endpoint 2 of the other, over both
+        // transports: the shared node's acceptors hand what they take
+        // straight over, the other's across its porter.
+        let (mut a1, mut a2) = (shared.open(1, cfg).unwrap(), shared.open(2, cfg).unwrap());
+        let (mut b1, mut b2) = (own.open(1, cfg).unwrap(), own.open(2, cfg).unwrap());
+        let mut buf = [0u8; 16];
+        for t in [Transport::Tcp, Transport::Shm] {
+            for (from, to, node) in [(&mut a1, &mut b2, 4412), (&mut b1, &mut a2, 4411)] {
+                let target = from
+                    .target_via(Addr::new(node, 2), Mode::Reliable, t)
+                    .unwrap();
+                from.write(target, b"over").unwrap();
+                let got = to.read(&mut buf).unwrap();
+                assert_eq!(&buf[..got.len], b"over", "{t:?} to node {node}");
+            }
+        }
+    }
 }

@@ -391,7 +391,7 @@ fn close_range(first: u32, last: u32) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
@@ -399,7 +399,7 @@ mod tests {
 
     /// Whether threads `a` and `b` of this process share one table of
     /// descriptors (`kcmp`); `None` when one has ended meanwhile.
-    fn same_table(a: i32, b: i32) -> Option<bool> {
+    pub(crate) fn same_table(a: i32, b: i32) -> Option<bool> {
         // SAFETY: kcmp reads nothing of this process's memory.
         let r = unsafe {
             libc::syscall(libc::SYS_kcmp, a, b, 2 /* KCMP_FILES */, 0, 0)
@@ -409,7 +409,7 @@ mod tests {
 
     /// This process's threads whose name begins with `prefix` (the kernel
     /// keeps 15 bytes of a name).
-    fn threads_named(prefix: &str) -> Vec<i32> {
+    pub(crate) fn threads_named(prefix: &str) -> Vec<i32> {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
             .filter_map(|t| {
