@@ -709,7 +709,12 @@ where
         // closed.
         if let Err(e) = to.deliver(h.dst_ep, &inbox, peer, stream) {
             tracing::warn!("refusing a connection from {peer}: {e}");
-            return refuse(&mut t, Refusal::Busy);
+            // The porter's parcels full, or the stream not built here.
+            let why = match to.porter {
+                Some(_) => Refusal::Busy,
+                None => Refusal::Malformed,
+            };
+            return refuse(&mut t, why);
         }
         answer(&mut t)?;
         return Ok(());

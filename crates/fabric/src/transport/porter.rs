@@ -160,9 +160,8 @@ impl<P> Porter<P> {
         if let Some(&(s, fd)) = rings.get(&ep) {
             if s == serial {
                 let one: u64 = 1;
-                // SAFETY: writes 8 bytes from a live u64 to a descriptor of
-                // this table that `rings` holds open. A full counter
-                // (EAGAIN) still leaves the doorbell readable.
+                // A full counter (EAGAIN) still leaves the doorbell readable.
+                // SAFETY: 8 bytes of a live u64, to a descriptor `rings` holds.
                 unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
             }
         }
@@ -342,10 +341,10 @@ pub(crate) fn close_orphans() {
 /// alone. Fails, the table still shared, where the kernel does not let
 /// it go.
 pub(crate) fn own_table(keep: &[RawFd]) -> io::Result<()> {
-    // SAFETY: the copy this makes holds every descriptor of the shared
-    // table; this thread owns none of them but `keep` (its own copies from
-    // now on), and closes the others in its copy at once, touching nothing
-    // any other thread holds.
+    // The copy holds every descriptor of the shared table; this thread
+    // owns none of them but `keep` (its own copies from now on), and closes
+    // the others in its copy at once, touching nothing another holds.
+    // SAFETY: as just said.
     unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES)? };
     let mut keep: Vec<RawFd> = keep.iter().copied().chain(0..3).collect();
     keep.sort_unstable();
@@ -499,6 +498,42 @@ pub(crate) mod tests {
         assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0);
         orphans.close();
         assert!(lock(&orphans.0).is_empty());
+    }
+
+    #[test]
+    fn a_flood_no_endpoint_takes_fills_the_parcels_and_is_refused_not_waited_on() {
+        // Peers that keep handshaking while no endpoint looks: each
+        // parcel holds a descriptor, and the socket's room bounds them.
+        let pairs = Pairs::<u32>::new().unwrap();
+        let (dock, porter) = (&pairs.dock, pairs.dock.porter().clone());
+        let efd = sys::EventFd::new().unwrap();
+        let mut sent = 0u32;
+        let refused = loop {
+            assert!(sent < 100_000, "no bound on parcels in flight");
+            let fd = efd.fd().try_clone_to_owned().unwrap();
+            match porter.carry(sent, vec![fd]) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
+        assert!(sent > 0);
+        // The refused one left no shape behind; those in flight arrive,
+        // in order, each with its descriptor.
+        assert_eq!(lock(&porter.shapes).len(), sent as usize);
+        let mut got = Vec::new();
+        while got.len() < sent as usize {
+            let before = got.len();
+            dock.take(|p, fds| got.push((p, fds.len())));
+            assert!(got.len() > before, "a look takes some");
+        }
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, &(p, n))| p == i as u32 && n == 1));
+        porter
+            .carry(sent, vec![efd.fd().try_clone_to_owned().unwrap()])
+            .unwrap();
     }
 
     #[test]
