@@ -473,18 +473,19 @@ impl Client {
         }
     }
 
+    // Not `ok_or`: an error made and dropped on every message.
     fn recv(&mut self) -> Result<()> {
-        self.data
-            .read_timeout(&mut self.buf, PATIENCE)?
-            .ok_or(Error::Timeout)
-            .map(drop)
+        match self.data.read_timeout(&mut self.buf, PATIENCE)? {
+            Some(_) => Ok(()),
+            None => Err(Error::Timeout),
+        }
     }
 
     fn recv_by(&mut self, deadline: Instant) -> Result<()> {
-        self.data
-            .read_by(&mut self.buf, deadline)?
-            .ok_or(Error::Timeout)
-            .map(drop)
+        match self.data.read_by(&mut self.buf, deadline)? {
+            Some(_) => Ok(()),
+            None => Err(Error::Timeout),
+        }
     }
 
     /// Estimates the target's clock offset: (offset, error bound) in

@@ -102,9 +102,11 @@ impl Server {
 
     /// The next message of the run, by the run's deadline.
     fn read(&mut self) -> Result<macrolink_fabric::Recv> {
-        self.data
-            .read_by(&mut self.buf, self.deadline)?
-            .ok_or(Error::Timeout)
+        // Not `ok_or`: an error made and dropped on every message.
+        match self.data.read_by(&mut self.buf, self.deadline)? {
+            Some(r) => Ok(r),
+            None => Err(Error::Timeout),
+        }
     }
 
     fn reply_target(&mut self, peer: Addr, s: &Start) -> Result<Target> {

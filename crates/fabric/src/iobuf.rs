@@ -101,12 +101,14 @@ impl IoBuf {
 impl Deref for IoBuf {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]
     }
 }
 
 impl DerefMut for IoBuf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.map[self.start..self.start + self.len]
     }

@@ -16,6 +16,7 @@
 //! in that socket's receive, and
 //! [`udp_look`] when a pass looks at the datagram socket.
 
+mod alone;
 mod onesided;
 mod pass;
 mod recv_sleep;
@@ -338,7 +339,10 @@ impl Endpoint {
                 match e.route {
                     Route::Udp(sa) => {
                         h.len = data.len() as u32;
-                        let udp = self.udp.as_mut().ok_or(Error::BadTarget)?;
+                        // Not `ok_or`: an error made and dropped on every send.
+                        let Some(udp) = self.udp.as_mut() else {
+                            return Err(Error::BadTarget);
+                        };
                         udp.send(&h, data, sa)?;
                     }
                     Route::Conn { slot, gen } => self.send_frame(e.peer, slot, gen, &h, data)?,

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::alone::Alone;
 use super::{Deadline, Endpoint};
 use crate::error::{Error, Result};
 use crate::rx::{Body, Ready, Step};
@@ -25,6 +26,10 @@ impl Endpoint {
     ) -> Result<Option<Recv>> {
         if matches!(deadline, Deadline::Now) {
             self.look_again();
+        } else if let Some(one) = self.one_source() {
+            if let Alone::Read(r) = self.read_alone(one, buf, deadline)? {
+                return Ok(r);
+            }
         }
         // Passes that moved something without delivering (a long message
         // coming in parts, or datagrams that are not ours): the deadline is
@@ -196,7 +201,9 @@ impl Endpoint {
                     }
                     Body::Held(data) => buf[..len].copy_from_slice(&data),
                     Body::Pending(m) => {
-                        let port = self.ucx.as_mut().ok_or(Error::BadTarget)?;
+                        let Some(port) = self.ucx.as_mut() else {
+                            return Err(Error::BadTarget);
+                        };
                         if let Err(reason) = port.receive(m, &mut buf[..len]) {
                             return Err(Error::PeerLost { peer: from, reason });
                         }
@@ -275,17 +282,10 @@ impl Endpoint {
         // a pass that delivers from one ends there). While waiting, a look
         // that finds nothing is a system call the sleep's `poll` makes
         // anyway.
-        let look = self.udp.is_some() && self.udp_look.due(self.core.completion, Instant::now);
-        if let Some(udp) = self.udp.as_mut().filter(|_| look) {
-            let step = udp.progress(&mut self.core, &self.inbox, user.as_deref_mut())?;
-            if matches!(step, Step::Delivered | Step::Moved) && udp.heard_member() {
-                self.udp_look.heat();
-            }
-            match step {
-                Step::Delivered => return Ok((self.core.got.take(), true)),
-                Step::Moved => moved = true,
-                _ => {}
-            }
+        match self.udp_pass(user.as_deref_mut())? {
+            Step::Delivered => return Ok((self.core.got.take(), true)),
+            Step::Moved => moved = true,
+            _ => {}
         }
         let n = self.slots.len();
         // One connection's part of a pass, `idle` done when it had nothing:
@@ -374,6 +374,21 @@ impl Endpoint {
             }
         }
         Ok((None, moved))
+    }
+
+    /// A pass's look at the datagram socket, when `udp_look` says this
+    /// pass looks: what it took (`Idle` when it did not look).
+    #[inline(always)]
+    pub(super) fn udp_pass(&mut self, user: Option<&mut [u8]>) -> Result<Step> {
+        let look = self.udp.is_some() && self.udp_look.due(self.core.completion, Instant::now);
+        let Some(udp) = self.udp.as_mut().filter(|_| look) else {
+            return Ok(Step::Idle);
+        };
+        let step = udp.progress(&mut self.core, &self.inbox, user)?;
+        if matches!(step, Step::Delivered | Step::Moved) && udp.heard_member() {
+            self.udp_look.heat();
+        }
+        Ok(step)
     }
 
     /// The slot of the endpoint's one connection, when it has one only.

@@ -148,7 +148,10 @@ impl Tcp {
 }
 
 /// One `recv` into `dst`: `Ok(0)` when nothing is there, end of stream an
-/// error.
+/// error. Inlined, as is `Tcp`'s `try_read`, into the frame reader that
+/// makes it: after a system call the processor's return predictions are
+/// the kernel's, and each return on the way back to the reader would miss.
+#[inline(always)]
 fn recv(fd: RawFd, dst: &mut [u8]) -> io::Result<usize> {
     match sys::recv(fd, dst, false)? {
         None => Ok(0),
@@ -182,6 +185,7 @@ impl ByteStream for Tcp {
         sys::send_room(self.sock.as_raw_fd(), len).unwrap_or(true)
     }
 
+    #[inline(always)]
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         if dst.is_empty() {
             return Ok(0);

@@ -8,10 +8,11 @@
 //! are two. The datagram the sleep took waits in the receive buffer for
 //! the next look, which takes it first; a send has a buffer of its own.
 
-use macrolink_wire::{FrameKind, Header, HEADER_LEN};
+use macrolink_wire::{FrameKind, Header, WireError, HEADER_LEN};
 use rustix::io::Errno;
-use rustix::net::{self, RecvFlags, SendFlags};
+use rustix::net::{self, RecvFlags, SendFlags, SocketAddrAny};
 use std::collections::HashMap;
+use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -126,85 +127,163 @@ impl Udp {
         // endpoint) does not keep the pass here: the rest waits for the
         // next look, and the connections are read meanwhile.
         for _ in 0..LOOK_MAX {
-            let taken = match self.slept.take() {
-                Some(d) => Ok(Some(d)),
-                None => take(&self.sock, &mut self.scratch, RecvFlags::DONTWAIT),
-            };
-            let (n, src) = match taken {
-                Ok(Some(d)) => d,
-                Ok(None) => continue,
-                Err(Errno::AGAIN) => break,
-                Err(e) => return Err(io::Error::from(e).into()),
-            };
-            moved = true;
-            let h = match Header::decode(&self.scratch[..n]) {
-                Ok(h)
-                    if h.kind == FrameKind::Datagram
-                        && h.len as usize == n - HEADER_LEN
-                        && h.dst_ep == core.id =>
-                {
-                    h
-                }
-                Ok(_) => {
-                    core.stats.bad_frames += 1;
-                    if loud(core.stats.bad_frames) {
-                        tracing::warn!(%src, bad = core.stats.bad_frames, "dropped a datagram that is not for this endpoint");
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    core.stats.bad_frames += 1;
-                    if loud(core.stats.bad_frames) {
-                        tracing::warn!(%src, bad = core.stats.bad_frames, "dropped a malformed datagram: {e}");
-                    }
-                    continue;
-                }
-            };
-            core.header_seen();
-            let from = Addr::new(h.src_node, h.src_ep);
-            if h.key != self.token {
-                inbox
-                    .strangers
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(%src, "dropped a datagram without the fabric's token");
-                continue;
-            }
-            if !inbox.admits(from, None) {
-                continue;
-            }
-            if self.last_from != Some(from) {
-                self.learned.entry(from).or_insert(src);
-                self.last_from = Some(from);
-            }
-            let data = &self.scratch[HEADER_LEN..n];
-            if let Some(buf) = user.as_deref_mut() {
-                if core.ready.is_empty() && buf.len() >= data.len() {
-                    buf[..data.len()].copy_from_slice(data);
-                    core.stats.messages_in += 1;
-                    core.stats.bytes_in += data.len() as u64;
-                    return Ok(core.deliver(Recv {
-                        from,
-                        len: data.len(),
-                        kind: RecvKind::Message(Mode::Datagram),
-                        transport: Transport::Udp,
-                        via: None,
-                    }));
-                }
-            }
-            match core.stage(data) {
-                Some(chain) => core.ready.push_back(Ready::Msg {
-                    from,
-                    mode: Mode::Datagram,
-                    transport: Transport::Udp,
-                    len: data.len(),
-                    body: Body::Staged(chain),
-                    via: None,
-                }),
-                None => core.stats.dropped_datagrams += 1,
+            match self.look(core, inbox, user.as_deref_mut())? {
+                Step::Idle => break,
+                Step::Delivered => return Ok(Step::Delivered),
+                _ => moved = true,
             }
         }
         Ok(Step::or_moved(moved))
     }
+
+    /// Takes one datagram off the socket, if one waits: `Idle` when none
+    /// did, `Delivered` when it went straight into `user`, `Moved` when it
+    /// was staged or passed over. A look that finds nothing is the system
+    /// call and a few instructions: a polling endpoint with nothing else
+    /// to look at makes one after another. Inlined into the loop that
+    /// makes it: after a system call the processor's return predictions
+    /// are the kernel's, and a return from here would miss.
+    #[inline(always)]
+    pub(crate) fn look(
+        &mut self,
+        core: &mut Core,
+        inbox: &Inbox,
+        user: Option<&mut [u8]>,
+    ) -> Result<Step> {
+        let (n, src) = match self.slept.take() {
+            Some((n, src)) => (n, Sender::Known(src)),
+            None => match net::recvfrom(&self.sock, &mut self.scratch[..], RecvFlags::DONTWAIT) {
+                Ok((n, _, Some(src))) => (n, Sender::Raw(src)),
+                // Not a datagram of an IP peer, or an ICMP error of an
+                // earlier send (datagrams, being unreliable, do not report
+                // it): passed over.
+                Ok((_, _, None)) | Err(Errno::CONNREFUSED) => return Ok(Step::Moved),
+                Err(Errno::AGAIN) => return Ok(Step::Idle),
+                Err(e) => return Err(io::Error::from(e).into()),
+            },
+        };
+        self.arrived(core, inbox, user, n, src)
+    }
+
+    /// What a look does with the datagram of `n` bytes it took from `src`.
+    #[inline]
+    fn arrived(
+        &mut self,
+        core: &mut Core,
+        inbox: &Inbox,
+        user: Option<&mut [u8]>,
+        n: usize,
+        src: Sender,
+    ) -> Result<Step> {
+        let h = match Header::decode(&self.scratch[..n]) {
+            Ok(h)
+                if h.kind == FrameKind::Datagram
+                    && h.len as usize == n - HEADER_LEN
+                    && h.dst_ep == core.id =>
+            {
+                h
+            }
+            other => return Ok(bad(core, src, other.err())),
+        };
+        core.header_seen();
+        let from = Addr::new(h.src_node, h.src_ep);
+        if h.key != self.token {
+            return Ok(tokenless(inbox, src));
+        }
+        if !inbox.admits(from, None) {
+            return Ok(Step::Moved);
+        }
+        if self.last_from != Some(from) {
+            // A sender that is not an IP address was passed over above.
+            let Some(sa) = src.addr() else {
+                return Ok(Step::Moved);
+            };
+            self.learned.entry(from).or_insert(sa);
+            self.last_from = Some(from);
+        }
+        let data = &self.scratch[HEADER_LEN..n];
+        if let Some(buf) = user {
+            if core.ready.is_empty() && buf.len() >= data.len() {
+                buf[..data.len()].copy_from_slice(data);
+                core.stats.messages_in += 1;
+                core.stats.bytes_in += data.len() as u64;
+                return Ok(core.deliver(Recv {
+                    from,
+                    len: data.len(),
+                    kind: RecvKind::Message(Mode::Datagram),
+                    transport: Transport::Udp,
+                    via: None,
+                }));
+            }
+        }
+        match core.stage(data) {
+            Some(chain) => core.ready.push_back(Ready::Msg {
+                from,
+                mode: Mode::Datagram,
+                transport: Transport::Udp,
+                len: data.len(),
+                body: Body::Staged(chain),
+                via: None,
+            }),
+            None => core.stats.dropped_datagrams += 1,
+        }
+        Ok(Step::Moved)
+    }
+}
+
+/// Who sent a datagram: as the kernel wrote it, made a [`SocketAddr`]
+/// only where it is needed (a sender not heard before, a log line), not
+/// for each datagram.
+enum Sender {
+    Raw(SocketAddrAny),
+    Known(SocketAddr),
+}
+
+impl Sender {
+    fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            Sender::Raw(a) => SocketAddr::try_from(a.clone()).ok(),
+            Sender::Known(a) => Some(*a),
+        }
+    }
+}
+
+impl fmt::Display for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.addr() {
+            Some(a) => a.fmt(f),
+            None => f.write_str("a sender that is not an IP address"),
+        }
+    }
+}
+
+/// A datagram not for this endpoint (`None`) or malformed: counted, and
+/// said aloud now and then. Out of line: a look's common path stays small.
+#[cold]
+#[inline(never)]
+fn bad(core: &mut Core, src: Sender, e: Option<WireError>) -> Step {
+    core.stats.bad_frames += 1;
+    if loud(core.stats.bad_frames) {
+        let bad = core.stats.bad_frames;
+        match e {
+            None => {
+                tracing::warn!(%src, bad, "dropped a datagram that is not for this endpoint")
+            }
+            Some(e) => tracing::warn!(%src, bad, "dropped a malformed datagram: {e}"),
+        }
+    }
+    Step::Moved
+}
+
+/// A datagram without the fabric's token: counted as a stranger's.
+#[cold]
+#[inline(never)]
+fn tokenless(inbox: &Inbox, src: Sender) -> Step {
+    inbox
+        .strangers
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::debug!(%src, "dropped a datagram without the fabric's token");
+    Step::Moved
 }
 
 impl Udp {

@@ -1,0 +1,283 @@
+//! A polling read of an endpoint that has one source to look at: its UDP
+//! socket, or its one connection. The general pass looks at the UCX
+//! worker, the UDP socket, every connection and the control frames each
+//! time, some tens of nanoseconds a pass more than the one look a busy
+//! polling socket program makes; a message arriving meanwhile waits on
+//! the average for half of that. So a read with one source looks at it
+//! alone, one look after another, and hands anything but a message for
+//! the reader (a connection coming in, a message staged, a control frame
+//! to answer, a part of a long message) to the general pass.
+
+use std::time::Instant;
+
+use super::{Deadline, Endpoint, HOT_SPINS};
+use crate::error::{Error, Result};
+use crate::rx::Step;
+use crate::transport::offer::PLACE_MIN;
+use crate::types::{Completion, Mode, Recv, RecvKind};
+
+/// What a read may look at alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum One {
+    /// The UDP socket: datagrams are in use, and there is no connection.
+    Udp,
+    /// The connection at this slot, the only one, and the UDP socket
+    /// (not in use) when its turn comes.
+    Conn(usize),
+}
+
+/// What a read of one source alone came to.
+pub(super) enum Alone {
+    /// A message, or `None`: the deadline came.
+    Read(Option<Recv>),
+    /// Something the general pass takes care of.
+    General,
+}
+
+/// Looks between reads of the clock.
+const CLOCK_EVERY: u32 = 256;
+
+impl Endpoint {
+    /// The one source a read may look at alone, if it has one: it polls,
+    /// has no UCX worker, nothing queued, no control frame to send, no
+    /// probe, and no wait set watching. Asked once a read.
+    pub(super) fn one_source(&self) -> Option<One> {
+        if self.core.completion != Completion::Poll
+            || self.ucx.is_some()
+            || self.core.probe
+            || self.watching
+            || !self.core.ready.is_empty()
+            || self.core.ctrl_queued != 0
+        {
+            return None;
+        }
+        if self.udp.is_some() && self.udp_look.hot() {
+            let none = self.slots.iter().all(|s| s.conn.is_none());
+            return none.then_some(One::Udp);
+        }
+        self.only_conn().map(One::Conn)
+    }
+
+    /// Looks at `one` alone until a message is delivered, the deadline
+    /// comes, or [`HOT_SPINS`] idle looks have gone by since the last
+    /// traffic (the general pass then spins on, pausing between passes,
+    /// and looks at a UDP socket not in use now and then).
+    pub(super) fn read_alone(
+        &mut self,
+        one: One,
+        buf: &mut [u8],
+        deadline: Deadline,
+    ) -> Result<Alone> {
+        loop {
+            // A connection coming in: the general pass adopts it.
+            if self.inbox.stirred() {
+                return Ok(Alone::General);
+            }
+            let step = match one {
+                One::Udp => match self.udp.as_mut() {
+                    Some(udp) => udp.look(&mut self.core, &self.inbox, Some(&mut *buf))?,
+                    None => return Ok(Alone::General),
+                },
+                One::Conn(i) => {
+                    // The UDP socket not in use is looked at as the general
+                    // pass does, before the connection: a steady stream over
+                    // it does not keep a first datagram waiting.
+                    match self.udp_pass(Some(&mut *buf))? {
+                        Step::Idle => {}
+                        Step::Delivered => {
+                            self.delivered();
+                            return Ok(Alone::Read(self.core.got.take()));
+                        }
+                        _ => return Ok(Alone::General),
+                    }
+                    match self.slots[i].conn.as_mut() {
+                        Some(c) => c.link.progress(&mut self.core, Some(&mut *buf)),
+                        None => return Ok(Alone::General),
+                    }
+                }
+            };
+            let r = match (step, one) {
+                (Step::Idle, _) => {
+                    self.idle_spins += 1;
+                    if self.idle_spins >= HOT_SPINS {
+                        return Ok(Alone::General);
+                    }
+                    if self.idle_spins.is_multiple_of(CLOCK_EVERY) {
+                        if let Deadline::At(t) = deadline {
+                            if Instant::now() >= t {
+                                return Ok(Alone::Read(None));
+                            }
+                        }
+                    }
+                    continue;
+                }
+                (Step::Delivered, _) => match self.core.got.take() {
+                    Some(r) => r,
+                    None => return Ok(Alone::General),
+                },
+                (Step::Message { len, mode }, One::Conn(i)) => {
+                    let gen = self.slots[i].gen;
+                    match self.slots[i].conn.as_ref() {
+                        Some(c) => c.recv(i, gen, len, mode),
+                        None => return Ok(Alone::General),
+                    }
+                }
+                (Step::TooSmall(needed), _) => {
+                    return Err(Error::BufferTooSmall {
+                        needed: needed as usize,
+                        have: buf.len(),
+                    })
+                }
+                (Step::Lost, One::Conn(i)) => {
+                    let reason = std::mem::take(&mut self.core.lost);
+                    self.lose(i, reason);
+                    return Ok(Alone::General);
+                }
+                // Moved: a datagram staged or passed over, a part of a long
+                // message, a control frame taken.
+                _ => return Ok(Alone::General),
+            };
+            // As the general pass after a delivery over a connection.
+            if let One::Conn(i) = one {
+                self.next_slot = if i + 1 == self.slots.len() { 0 } else { i + 1 };
+                if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
+                    self.offer_to = Some(i);
+                }
+            }
+            self.delivered();
+            self.flush_ctrl();
+            return Ok(Alone::Read(Some(r)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::One;
+    use crate::{Completion, Error, Mode, Transport};
+    use std::time::{Duration, Instant};
+
+    const PATIENCE: Duration = Duration::from_secs(5);
+
+    /// Over each transport, a polling reader with one source reads it
+    /// alone, and what that loop does not take goes to the general pass
+    /// with nothing lost: its deadline, a message larger than the buffer
+    /// (which the next read with room gets whole), a second peer coming in
+    /// during a read, and the loss of its peer.
+    #[test]
+    fn a_polling_read_looks_at_its_one_source_alone_and_hands_the_rest_to_the_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, poll) = super::super::test_nodes(dir.path(), Completion::Poll);
+        let cases = [
+            (Mode::Reliable, Transport::Shm),
+            (Mode::Reliable, Transport::Tcp),
+            (Mode::Datagram, Transport::Udp),
+        ];
+        for (k, (mode, transport)) in cases.into_iter().enumerate() {
+            let ep = 20 + 3 * k as u32;
+            let mut rx = a.open(ep, poll).unwrap();
+            let mut tx = b.open(ep + 1, poll).unwrap();
+            assert_eq!(rx.one_source(), None, "{transport}: nothing to look at yet");
+            let to = tx.target_via(rx.addr(), mode, transport).unwrap();
+            let mut buf = [0u8; 256];
+
+            // The first message comes through the general pass, which
+            // adopts the connection (or hears the first datagram).
+            tx.write(to, b"first").unwrap();
+            let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+            assert_eq!(&buf[..r.len], b"first");
+            let one = rx.one_source();
+            match transport {
+                Transport::Udp => assert_eq!(one, Some(One::Udp)),
+                _ => assert!(matches!(one, Some(One::Conn(_))), "{transport}: {one:?}"),
+            }
+
+            // Then the source alone: messages, in order.
+            for i in 0..50u8 {
+                tx.write(to, &[i; 32]).unwrap();
+                let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+                assert_eq!((r.len, buf[0], r.from), (32, i, tx.addr()), "{transport}");
+            }
+            assert_eq!(rx.one_source(), one, "{transport}: still alone");
+
+            // Nothing comes: the deadline ends the read, in its time.
+            let t0 = Instant::now();
+            let r = rx
+                .read_timeout(&mut buf, Duration::from_millis(20))
+                .unwrap();
+            assert!(r.is_none(), "{transport}: nothing was sent");
+            let took = t0.elapsed();
+            assert!(took >= Duration::from_millis(20), "{transport}: {took:?}");
+            assert!(
+                took < PATIENCE,
+                "{transport}: the deadline was missed ({took:?})"
+            );
+
+            // A message larger than the buffer: refused, and kept whole
+            // for the next read with room.
+            tx.write(to, &[7; 200]).unwrap();
+            let mut small = [0u8; 10];
+            let t0 = Instant::now();
+            let err = loop {
+                match rx.read_timeout(&mut small, PATIENCE) {
+                    Err(e) => break e,
+                    Ok(r) => assert!(r.is_none() && t0.elapsed() < PATIENCE, "{transport}"),
+                }
+            };
+            assert!(
+                matches!(err, Error::BufferTooSmall { needed: 200, .. }),
+                "{transport}: {err}"
+            );
+            let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+            assert_eq!((r.len, &buf[..200]), (200, &[7u8; 200][..]), "{transport}");
+
+            // A second peer writes while the reader waits in its loop: the
+            // general pass takes it in, and its message is read.
+            let mut other = b.open(ep + 2, poll).unwrap();
+            let other_to = other.target_via(rx.addr(), mode, transport).unwrap();
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                other.write(other_to, b"second peer").unwrap();
+                other
+            });
+            let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+            assert_eq!(&buf[..r.len], b"second peer", "{transport}");
+            let other = writer.join().unwrap();
+            assert_eq!(r.from, other.addr(), "{transport}");
+            if transport != Transport::Udp {
+                assert_eq!(rx.one_source(), None, "{transport}: two connections");
+            }
+
+            // The peer goes: a reader with its connection alone hears it.
+            drop(other);
+            if transport != Transport::Udp {
+                let mut lost = false;
+                let t0 = Instant::now();
+                while !lost && t0.elapsed() < PATIENCE {
+                    match rx.read_timeout(&mut buf, Duration::from_millis(100)) {
+                        Err(Error::PeerLost { peer, .. }) => {
+                            assert_eq!(peer.ep, ep + 2, "{transport}");
+                            lost = true;
+                        }
+                        Ok(None) => {}
+                        other => panic!("{transport}: {other:?}"),
+                    }
+                }
+                assert!(lost, "{transport}: the loss was not told");
+                assert!(
+                    matches!(rx.one_source(), Some(One::Conn(_))),
+                    "{transport}: alone again"
+                );
+                drop(tx);
+                let t0 = Instant::now();
+                let err = loop {
+                    match rx.read_timeout(&mut buf, Duration::from_millis(100)) {
+                        Err(e) => break e,
+                        Ok(r) => assert!(r.is_none() && t0.elapsed() < PATIENCE, "{transport}"),
+                    }
+                };
+                assert!(matches!(err, Error::PeerLost { .. }), "{transport}: {err}");
+            }
+        }
+    }
+}
