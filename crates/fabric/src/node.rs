@@ -369,7 +369,7 @@ struct Acceptors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::porter::tests::{same_table, threads_named};
+    use crate::transport::porter::tests::{same_table, soon, threads_named};
     use crate::types::{Addr, Completion, Mode, Transport};
 
     #[test]
@@ -384,10 +384,15 @@ mod tests {
         assert!(shared.dock.is_none() && own.dock.is_some());
         // The shared node's acceptors are on this thread's table.
         let me = rustix::thread::gettid().as_raw_nonzero().get();
-        let on_mine = threads_named("ml-tcp-accept-")
-            .into_iter()
-            .filter(|&t| same_table(me, t) == Some(true))
-            .count();
+        let on_mine = soon(
+            || {
+                threads_named("ml-tcp-accept-")
+                    .into_iter()
+                    .filter(|&t| same_table(me, t) == Some(true))
+                    .count()
+            },
+            |&n| n >= 1,
+        );
         assert!(on_mine >= 1, "an acceptor on this thread's table");
         let cfg = EndpointConfig {
             completion: Completion::Wait,

@@ -34,8 +34,9 @@ pub(super) enum Alone {
     General,
 }
 
-/// Looks between reads of the clock.
-const CLOCK_EVERY: u32 = 256;
+/// Idle looks between reads of the clock for the deadline (as the
+/// general pass reads it).
+const DEADLINE_EVERY: u32 = 256;
 
 impl Endpoint {
     /// The one source a read may look at alone, if it has one: it polls,
@@ -60,8 +61,7 @@ impl Endpoint {
 
     /// Looks at `one` alone until a message is delivered, the deadline
     /// comes, or [`HOT_SPINS`] idle looks have gone by since the last
-    /// traffic (the general pass then spins on, pausing between passes,
-    /// and looks at a UDP socket not in use now and then).
+    /// traffic (the general pass then spins on, pausing between passes).
     pub(super) fn read_alone(
         &mut self,
         one: One,
@@ -84,10 +84,8 @@ impl Endpoint {
                     // it does not keep a first datagram waiting.
                     match self.udp_pass(Some(&mut *buf))? {
                         Step::Idle => {}
-                        Step::Delivered => {
-                            self.delivered();
-                            return Ok(Alone::Read(self.core.got.take()));
-                        }
+                        // Delivered: the datagram is the reader's, below.
+                        Step::Delivered => return Ok(self.deliver_alone(one)),
                         _ => return Ok(Alone::General),
                     }
                     match self.slots[i].conn.as_mut() {
@@ -102,7 +100,7 @@ impl Endpoint {
                     if self.idle_spins >= HOT_SPINS {
                         return Ok(Alone::General);
                     }
-                    if self.idle_spins.is_multiple_of(CLOCK_EVERY) {
+                    if self.idle_spins.is_multiple_of(DEADLINE_EVERY) {
                         if let Deadline::At(t) = deadline {
                             if Instant::now() >= t {
                                 return Ok(Alone::Read(None));
@@ -111,10 +109,7 @@ impl Endpoint {
                     }
                     continue;
                 }
-                (Step::Delivered, _) => match self.core.got.take() {
-                    Some(r) => r,
-                    None => return Ok(Alone::General),
-                },
+                (Step::Delivered, _) => return Ok(self.deliver_alone(one)),
                 (Step::Message { len, mode }, One::Conn(i)) => {
                     let gen = self.slots[i].gen;
                     match self.slots[i].conn.as_ref() {
@@ -133,21 +128,37 @@ impl Endpoint {
                     self.lose(i, reason);
                     return Ok(Alone::General);
                 }
-                // Moved: a datagram staged or passed over, a part of a long
-                // message, a control frame taken.
-                _ => return Ok(Alone::General),
+                (Step::Moved, _) => return Ok(Alone::General),
+                // A message or a loss of the UDP socket: it gives neither.
+                (Step::Message { .. } | Step::Lost, One::Udp) => {
+                    debug_assert!(false, "the UDP socket gave {step:?}");
+                    return Ok(Alone::General);
+                }
             };
-            // As the general pass after a delivery over a connection.
-            if let One::Conn(i) = one {
+            self.core.got = Some(r);
+            return Ok(self.deliver_alone(one));
+        }
+    }
+
+    /// Hands the reader the message a look put in `core.got`, with what
+    /// the general pass does after a delivery (over a connection: where
+    /// the next pass starts, and whom a waiting read offers its buffer).
+    fn deliver_alone(&mut self, one: One) -> Alone {
+        let Some(r) = self.core.got.take() else {
+            debug_assert!(false, "a look delivered nothing");
+            return Alone::General;
+        };
+        if let One::Conn(i) = one {
+            if r.via.is_some() {
                 self.next_slot = if i + 1 == self.slots.len() { 0 } else { i + 1 };
                 if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
                     self.offer_to = Some(i);
                 }
             }
-            self.delivered();
-            self.flush_ctrl();
-            return Ok(Alone::Read(Some(r)));
         }
+        self.delivered();
+        self.flush_ctrl();
+        Alone::Read(Some(r))
     }
 }
 

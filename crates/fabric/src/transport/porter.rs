@@ -420,6 +420,20 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// What `look` finds once `found` says yes of it, or after 5 s: a
+    /// thread names itself once it runs, which may be after the node that
+    /// started it has (on a loaded machine, under a sanitizer).
+    pub(crate) fn soon<T>(mut look: impl FnMut() -> T, found: impl Fn(&T) -> bool) -> T {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let got = look();
+            if found(&got) || std::time::Instant::now() > until {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// A loopback TCP pair.
     fn tcp_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -435,9 +449,14 @@ pub(crate) mod tests {
         let me = rustix::thread::gettid().as_raw_nonzero().get();
         // Every node's of this process (tests run side by side), this
         // one's among them.
-        let (tcp, shm) = (
-            threads_named("ml-tcp-accept-"),
-            threads_named("ml-shm-accept-"),
+        let (tcp, shm) = soon(
+            || {
+                (
+                    threads_named("ml-tcp-accept-"),
+                    threads_named("ml-shm-accept-"),
+                )
+            },
+            |(t, s)| !t.is_empty() && !s.is_empty(),
         );
         assert!(
             !tcp.is_empty() && !shm.is_empty(),

@@ -194,7 +194,8 @@ impl Udp {
             return Ok(Step::Moved);
         }
         if self.last_from != Some(from) {
-            // A sender that is not an IP address was passed over above.
+            // A sender whose address is not an IP one (which an IP socket
+            // does not see) is not learned: its datagram is passed over.
             let Some(sa) = src.addr() else {
                 return Ok(Step::Moved);
             };
@@ -299,7 +300,7 @@ impl Udp {
 
     /// Sleeps in the socket's `recvfrom` until a datagram comes or its
     /// receive timeout goes by (a nap, see [`RECV_NAP`]), and keeps the
-    /// datagram for the next look ([`Udp::progress`]): whether something
+    /// datagram for the next look ([`Udp::look`]): whether something
     /// came (a datagram, or an error the next look meets again), false
     /// when nothing did. `None` where the socket cannot block, or holds a
     /// datagram taken already.
@@ -326,12 +327,11 @@ impl Udp {
     }
 }
 
-/// Takes one datagram off the socket into `buf`: its length and sender.
-/// `Ok(None)`: something to pass over (a sender that is not an IP
-/// address; an ICMP error of an earlier datagram, which datagrams, being
-/// unreliable, do not report). A system call of its own, not libc's (a
-/// cancellation point with `errno`): a polling endpoint looks on every
-/// pass.
+/// Takes one datagram off the socket into `buf`, for a sleep: its length
+/// and sender. `Ok(None)`: something to pass over (a sender that is not
+/// an IP address; an ICMP error of an earlier datagram, which datagrams,
+/// being unreliable, do not report). A system call of its own, not
+/// libc's (a cancellation point with `errno`), as [`Udp::look`]'s.
 fn take(
     sock: &UdpSocket,
     buf: &mut [u8],
@@ -387,7 +387,7 @@ mod tests {
     }
 
     /// What the next look delivers into a reader's buffer.
-    fn look(u: &mut Udp, rx: &mut Core, inbox: &Inbox) -> Option<Vec<u8>> {
+    fn read_one(u: &mut Udp, rx: &mut Core, inbox: &Inbox) -> Option<Vec<u8>> {
         let mut buf = [0u8; 64];
         match u.progress(rx, inbox, Some(&mut buf)).unwrap() {
             Step::Delivered => Some(buf[..rx.got.take().unwrap().len].to_vec()),
@@ -430,14 +430,14 @@ mod tests {
         b.send(&header(&[9; 900]), &[9; 900], to(&a)).unwrap();
         a.send(&header(b"second"), b"second", b_at).unwrap();
         assert_eq!(
-            look(&mut b, &mut rx, &inbox).as_deref(),
+            read_one(&mut b, &mut rx, &inbox).as_deref(),
             Some(&b"first"[..])
         );
         assert_eq!(
-            look(&mut b, &mut rx, &inbox).as_deref(),
+            read_one(&mut b, &mut rx, &inbox).as_deref(),
             Some(&b"second"[..])
         );
-        assert_eq!(look(&mut b, &mut rx, &inbox), None, "nothing more");
+        assert_eq!(read_one(&mut b, &mut rx, &inbox), None, "nothing more");
         // And the 900 bytes reached `a` whole.
         let (mut at_a, inbox_a) = (reader(), Inbox::new(a.port(), None).unwrap());
         let mut big = vec![0u8; 1000];
@@ -463,7 +463,7 @@ mod tests {
             .unwrap();
         let t0 = Instant::now();
         for _ in 0..100 {
-            assert_eq!(look(&mut b, &mut rx, &inbox), None);
+            assert_eq!(read_one(&mut b, &mut rx, &inbox), None);
         }
         for i in 0..100u8 {
             b.send(&header(&[i]), &[i], to(&a)).unwrap();
