@@ -84,8 +84,7 @@ impl Endpoint {
                     // it does not keep a first datagram waiting.
                     match self.udp_pass(Some(&mut *buf))? {
                         Step::Idle => {}
-                        // Delivered: the datagram is the reader's, below.
-                        Step::Delivered => return Ok(self.deliver_alone(one)),
+                        Step::Delivered => return Ok(self.delivered_alone(one)),
                         _ => return Ok(Alone::General),
                     }
                     match self.slots[i].conn.as_mut() {
@@ -109,7 +108,7 @@ impl Endpoint {
                     }
                     continue;
                 }
-                (Step::Delivered, _) => return Ok(self.deliver_alone(one)),
+                (Step::Delivered, _) => return Ok(self.delivered_alone(one)),
                 (Step::Message { len, mode }, One::Conn(i)) => {
                     let gen = self.slots[i].gen;
                     match self.slots[i].conn.as_ref() {
@@ -135,19 +134,25 @@ impl Endpoint {
                     return Ok(Alone::General);
                 }
             };
-            self.core.got = Some(r);
-            return Ok(self.deliver_alone(one));
+            return Ok(self.deliver_alone(one, r));
         }
     }
 
-    /// Hands the reader the message a look put in `core.got`, with what
-    /// the general pass does after a delivery (over a connection: where
-    /// the next pass starts, and whom a waiting read offers its buffer).
-    fn deliver_alone(&mut self, one: One) -> Alone {
-        let Some(r) = self.core.got.take() else {
-            debug_assert!(false, "a look delivered nothing");
-            return Alone::General;
-        };
+    /// Hands the reader the message a look put in `core.got`.
+    fn delivered_alone(&mut self, one: One) -> Alone {
+        match self.core.got.take() {
+            Some(r) => self.deliver_alone(one, r),
+            None => {
+                debug_assert!(false, "a look delivered nothing");
+                Alone::General
+            }
+        }
+    }
+
+    /// Hands the reader `r`, with what the general pass does after a
+    /// delivery (over a connection: where the next pass starts, and whom a
+    /// waiting read offers its buffer).
+    fn deliver_alone(&mut self, one: One, r: Recv) -> Alone {
         if let One::Conn(i) = one {
             if r.via.is_some() {
                 self.next_slot = if i + 1 == self.slots.len() { 0 } else { i + 1 };
