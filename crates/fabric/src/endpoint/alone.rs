@@ -1,12 +1,14 @@
 //! A polling read of an endpoint that has one source to look at: its UDP
-//! socket, or its one connection. The general pass looks at the UCX
-//! worker, the UDP socket, every connection and the control frames each
-//! time, some tens of nanoseconds a pass more than the one look a busy
-//! polling socket program makes; a message arriving meanwhile waits on
-//! the average for half of that. So a read with one source looks at it
-//! alone, one look after another, and hands anything but a message for
-//! the reader (a connection coming in, a message staged, a control frame
-//! to answer, a part of a long message) to the general pass.
+//! socket, or its one connection (with the UCX worker that carries it,
+//! when it is a UCX one). The general pass looks at the UCX worker, the
+//! UDP socket, every connection and the control frames each time, some
+//! tens of nanoseconds a pass more than the one look a busy polling
+//! socket program makes, or UCX's own progress loop; a message arriving
+//! meanwhile waits on the average for half of that. So a read with one
+//! source looks at it alone, one look after another, and hands anything
+//! but a message for the reader (a connection coming in, a message
+//! staged, a control frame to answer, a part of a long message) to the
+//! general pass.
 
 use std::time::Instant;
 
@@ -19,10 +21,12 @@ use crate::types::{Completion, Mode, Recv, RecvKind};
 /// What a read may look at alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum One {
-    /// The UDP socket: datagrams are in use, and there is no connection.
+    /// The UDP socket: datagrams are in use, and there is neither a
+    /// connection nor a UCX worker.
     Udp,
-    /// The connection at this slot, the only one, and the UDP socket
-    /// (not in use) when its turn comes.
+    /// The connection at this slot, the only one; before it, the UCX
+    /// worker (if the endpoint has one), and the UDP socket (not in use)
+    /// when its turn comes, in the general pass's order.
     Conn(usize),
 }
 
@@ -34,17 +38,26 @@ pub(super) enum Alone {
     General,
 }
 
+impl One {
+    /// The connection looked at.
+    fn conn(self) -> Option<usize> {
+        match self {
+            One::Udp => None,
+            One::Conn(i) => Some(i),
+        }
+    }
+}
+
 /// Idle looks between reads of the clock for the deadline (as the
 /// general pass reads it).
 const DEADLINE_EVERY: u32 = 256;
 
 impl Endpoint {
     /// The one source a read may look at alone, if it has one: it polls,
-    /// has no UCX worker, nothing queued, no control frame to send, no
-    /// probe, and no wait set watching. Asked once a read.
+    /// has nothing queued, no control frame to send, no probe, and no wait
+    /// set watching. Asked once a read.
     pub(super) fn one_source(&self) -> Option<One> {
         if self.core.completion != Completion::Poll
-            || self.ucx.is_some()
             || self.core.probe
             || self.watching
             || !self.core.ready.is_empty()
@@ -53,7 +66,7 @@ impl Endpoint {
             return None;
         }
         if self.udp.is_some() && self.udp_look.hot() {
-            let none = self.slots.iter().all(|s| s.conn.is_none());
+            let none = self.ucx.is_none() && self.slots.iter().all(|s| s.conn.is_none());
             return none.then_some(One::Udp);
         }
         self.only_conn().map(One::Conn)
@@ -79,12 +92,28 @@ impl Endpoint {
                     None => return Ok(Alone::General),
                 },
                 One::Conn(i) => {
+                    // The UCX worker first, as in the general pass: what it
+                    // holds for the connection goes ahead of a loss the
+                    // connection's look may find.
+                    if let Some(port) = self.ucx.as_mut() {
+                        match port.progress(&mut self.core, Some(&mut *buf), &mut self.slots) {
+                            Step::Idle => {}
+                            Step::Delivered => return Ok(self.delivered_alone(None)),
+                            Step::TooSmall(needed) => {
+                                return Err(Error::BufferTooSmall {
+                                    needed: needed as usize,
+                                    have: buf.len(),
+                                })
+                            }
+                            _ => return Ok(Alone::General),
+                        }
+                    }
                     // The UDP socket not in use is looked at as the general
                     // pass does, before the connection: a steady stream over
                     // it does not keep a first datagram waiting.
                     match self.udp_pass(Some(&mut *buf))? {
                         Step::Idle => {}
-                        Step::Delivered => return Ok(self.delivered_alone(one)),
+                        Step::Delivered => return Ok(self.delivered_alone(None)),
                         _ => return Ok(Alone::General),
                     }
                     match self.slots[i].conn.as_mut() {
@@ -108,7 +137,7 @@ impl Endpoint {
                     }
                     continue;
                 }
-                (Step::Delivered, _) => return Ok(self.delivered_alone(one)),
+                (Step::Delivered, _) => return Ok(self.delivered_alone(one.conn())),
                 (Step::Message { len, mode }, One::Conn(i)) => {
                     let gen = self.slots[i].gen;
                     match self.slots[i].conn.as_ref() {
@@ -134,14 +163,15 @@ impl Endpoint {
                     return Ok(Alone::General);
                 }
             };
-            return Ok(self.deliver_alone(one, r));
+            return Ok(self.deliver_alone(one.conn(), r));
         }
     }
 
-    /// Hands the reader the message a look put in `core.got`.
-    fn delivered_alone(&mut self, one: One) -> Alone {
+    /// Hands the reader the message a look put in `core.got` (a look at
+    /// connection `conn`, or at the UCX worker or the UDP socket).
+    fn delivered_alone(&mut self, conn: Option<usize>) -> Alone {
         match self.core.got.take() {
-            Some(r) => self.deliver_alone(one, r),
+            Some(r) => self.deliver_alone(conn, r),
             None => {
                 debug_assert!(false, "a look delivered nothing");
                 Alone::General
@@ -150,10 +180,10 @@ impl Endpoint {
     }
 
     /// Hands the reader `r`, with what the general pass does after a
-    /// delivery (over a connection: where the next pass starts, and whom a
-    /// waiting read offers its buffer).
-    fn deliver_alone(&mut self, one: One, r: Recv) -> Alone {
-        if let One::Conn(i) = one {
+    /// delivery (by a look at connection `conn`: where the next pass
+    /// starts, and whom a waiting read offers its buffer).
+    fn deliver_alone(&mut self, conn: Option<usize>, r: Recv) -> Alone {
+        if let Some(i) = conn {
             if r.via.is_some() {
                 self.next_slot = if i + 1 == self.slots.len() { 0 } else { i + 1 };
                 if r.len >= PLACE_MIN && r.kind == RecvKind::Message(Mode::Reliable) {
@@ -170,7 +200,7 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::One;
-    use crate::{Completion, Error, Mode, Transport};
+    use crate::{Completion, EndpointConfig, Error, Mode, Node, NodeConfig, Transport, UcxOptions};
     use std::time::{Duration, Instant};
 
     const PATIENCE: Duration = Duration::from_secs(5);
@@ -189,7 +219,67 @@ mod tests {
             (Mode::Reliable, Transport::Tcp),
             (Mode::Datagram, Transport::Udp),
         ];
-        for (k, (mode, transport)) in cases.into_iter().enumerate() {
+        read_alone_over(&a, &b, poll, &cases);
+    }
+
+    /// The same over a UCX connection, whose loop looks at the worker
+    /// before the connection; and a pass after a delivery that finds the
+    /// worker empty moved nothing (a polling reader's next look is idle,
+    /// not a busy pass that hands the read over).
+    #[test]
+    fn a_polling_read_over_ucx_looks_at_the_worker_and_its_connection_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let ucx_node = |id| {
+            let mut c = NodeConfig::local(id, dir.path());
+            c.ucx = Some(UcxOptions {
+                tls: Some("sm".into()),
+                devices: None,
+            });
+            macrolink_testbed::require::ucx(Node::start(c))
+        };
+        let Some(a) = ucx_node(1) else { return };
+        let b = ucx_node(2).expect("a second UCX node");
+        a.add_peer(2, b.tcp_addr().unwrap());
+        b.add_peer(1, a.tcp_addr().unwrap());
+        let poll = EndpointConfig {
+            completion: Completion::Poll,
+            ..EndpointConfig::default()
+        };
+
+        // A ping-pong, so that both workers have answered each other's
+        // connections, then one message more: the pass after it is idle.
+        let mut rx = a.open(10, poll).unwrap();
+        let mut tx = b.open(11, poll).unwrap();
+        let to = tx
+            .target_via(rx.addr(), Mode::Reliable, Transport::Ucx)
+            .unwrap();
+        let back = rx
+            .target_via(tx.addr(), Mode::Reliable, Transport::Ucx)
+            .unwrap();
+        let mut buf = [0u8; 64];
+        for i in 0..20u8 {
+            tx.write(to, &[i; 8]).unwrap();
+            let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+            assert_eq!((r.len, buf[0]), (8, i));
+            rx.write(back, &[i; 8]).unwrap();
+            let r = tx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+            assert_eq!((r.len, buf[0]), (8, i));
+        }
+        tx.write(to, b"last").unwrap();
+        let r = rx.read_timeout(&mut buf, PATIENCE).unwrap().unwrap();
+        assert_eq!(&buf[..r.len], b"last");
+        assert!(
+            !rx.progress_all(None).unwrap(),
+            "a pass after a delivery, with nothing come since, moved something"
+        );
+        drop((rx, tx));
+
+        read_alone_over(&a, &b, poll, &[(Mode::Reliable, Transport::Ucx)]);
+    }
+
+    /// What both tests above ask of each transport in `cases`.
+    fn read_alone_over(a: &Node, b: &Node, poll: EndpointConfig, cases: &[(Mode, Transport)]) {
+        for (k, &(mode, transport)) in cases.iter().enumerate() {
             let ep = 20 + 3 * k as u32;
             let mut rx = a.open(ep, poll).unwrap();
             let mut tx = b.open(ep + 1, poll).unwrap();

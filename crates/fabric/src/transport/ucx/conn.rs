@@ -249,6 +249,35 @@ impl Conn {
         unsafe { &*self.worker }
     }
 
+    /// Whether nothing has befallen the connection: no loss, no UCX error,
+    /// no end of the contact socket, nothing unreachable (the few loads of
+    /// an idle pass; [`Conn::broken`] says whether what befell it has
+    /// ended it).
+    #[inline(always)]
+    fn whole(&self) -> bool {
+        // SAFETY: the cell lives as long as the connection.
+        self.lost.is_none()
+            && unsafe { &*self.err }.load(Ordering::Relaxed) == 0
+            && self.eof_at.is_none()
+            && self.unreachable.is_none()
+    }
+
+    /// A pass's look at a connection with control messages out or
+    /// something befallen it: reaps the first, tells the loss.
+    #[cold]
+    #[inline(never)]
+    fn progress_rest(&mut self, core: &mut Core) -> Step {
+        if !self.control_out.is_empty() {
+            if let Err(e) = self.reap() {
+                self.fail(e.to_string());
+            }
+        }
+        if !self.broken() {
+            return Step::Idle;
+        }
+        core.broken(self.why_lost().unwrap_or_default())
+    }
+
     /// Whether the connection is gone (cheap: for every send and pass).
     #[inline]
     fn broken(&self) -> bool {
@@ -263,7 +292,17 @@ impl Conn {
     }
 
     /// Why nothing can be sent on the connection now, if so.
+    #[inline(always)]
     fn cannot_send(&self) -> Option<io::Error> {
+        if self.whole() {
+            return None;
+        }
+        self.why_not_send()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn why_not_send(&self) -> Option<io::Error> {
         let why = match &self.unreachable {
             Some((why, _)) => why.clone(),
             None if self.broken() => self.why_lost().unwrap_or_default(),
@@ -444,15 +483,14 @@ impl Connection for Conn {
     }
 
     fn progress(&mut self, core: &mut Core, _user: Option<&mut [u8]>) -> Step {
-        if !self.control_out.is_empty() {
-            if let Err(e) = self.reap() {
-                self.fail(e.to_string());
-            }
-        }
-        if !self.broken() {
+        // The worker's pass reads the connection's messages: a look here is
+        // for control messages UCX still holds and for the loss of the
+        // connection. Nothing of either (a few loads) returns at once, in
+        // a function too small to save registers.
+        if self.control_out.is_empty() && self.whole() {
             return Step::Idle;
         }
-        core.broken(self.why_lost().unwrap_or_default())
+        self.progress_rest(core)
     }
 
     fn arm_read(&mut self) -> bool {

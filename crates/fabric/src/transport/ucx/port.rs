@@ -449,17 +449,20 @@ impl Port {
     }
 
     /// One pass (see the module's doc); `conn` finds the endpoint's
-    /// connections.
+    /// connections. A pass that finds nothing is inlined into the loop
+    /// that makes it, what follows when something came is not: a busy
+    /// polling reader's look is the worker's progress and a few loads.
+    #[inline(always)]
     pub(crate) fn progress(
         &mut self,
         core: &mut Core,
-        mut user: Option<&mut [u8]>,
+        user: Option<&mut [u8]>,
         conn: &mut dyn Conns,
     ) -> Step {
         if self.credit_due {
             self.give_due_credit();
         }
-        self.worker.progress();
+        let progressed = self.worker.progress();
         if self.held.tick() {
             self.reap_gone();
         }
@@ -468,6 +471,20 @@ impl Port {
         if !stirred && self.limbo.is_empty() && self.ring_is_empty() {
             return Step::Idle;
         }
+        self.stirred(core, user, conn, progressed)
+    }
+
+    /// The rest of a pass whose worker stirred (in it, if `progressed`),
+    /// or that has datagrams or parked messages to hand over.
+    #[inline(never)]
+    fn stirred(
+        &mut self,
+        core: &mut Core,
+        mut user: Option<&mut [u8]>,
+        conn: &mut dyn Conns,
+        progressed: bool,
+    ) -> Step {
+        let ring = !self.ring_is_empty();
         // Until the probe below finds UCX empty, the next pass looks again.
         self.worker.stirred.set(true);
         if self.held.has_live() {
@@ -476,7 +493,10 @@ impl Port {
         if let Some(step) = self.datagrams(core, &mut user) {
             return step;
         }
-        let mut moved = stirred;
+        // What moved: the worker in this pass, datagrams staged, or what the
+        // probe finds. A look again after a delivery that finds the worker
+        // empty moved nothing: a reader's next pass is idle, not busy.
+        let mut moved = progressed || ring;
         let mut limbo = std::mem::take(&mut self.limbo).into_iter();
         while let Some((msg, info)) = limbo.next() {
             let parked = self.limbo.len();
@@ -507,6 +527,7 @@ impl Port {
         Step::or_moved(moved)
     }
 
+    #[inline(always)]
     fn ring_is_empty(&self) -> bool {
         // SAFETY: the ring lives as long as the port; the handler touches
         // it only inside worker progress, which is not running now.
@@ -754,12 +775,18 @@ impl Port {
 
     /// Waits for an operation of this worker to end: spinning while
     /// polling, sleeping on the worker's descriptor while waiting.
+    #[inline(always)]
     fn wait(&mut self, r: ffi::StatusPtr, completion: Completion) -> Result<(), String> {
-        let req = match ffi::posted(r) {
-            Posted::Done => return Ok(()),
-            Posted::Failed(s) => return Err(self.ucp.describe(s)),
-            Posted::Request(req) => req,
-        };
+        match ffi::posted(r) {
+            Posted::Done => Ok(()),
+            Posted::Failed(s) => Err(self.ucp.describe(s)),
+            Posted::Request(req) => self.wait_request(req, completion),
+        }
+    }
+
+    /// Waits for a request UCX did not complete at once.
+    #[inline(never)]
+    fn wait_request(&mut self, req: *mut c_void, completion: Completion) -> Result<(), String> {
         loop {
             // SAFETY: a live request of this worker.
             let s = unsafe { (self.ucp.request_check_status)(req) };
