@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::floor;
 use crate::peers::resident::Resident;
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::pin::OneProcessor;
@@ -483,6 +484,12 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 .p99(ours.p99, theirs.and_then(|l| l.p99))
                 .pairs(pairs),
             );
+            // Beside the polling row, the floor under it: the same
+            // ping-pong with nothing but its system calls, beside
+            // sockperf busy polling, in the same minute.
+            if c == Completion::Poll {
+                rows.push(floor_row(t, udp, secs, iters, has_sockperf)?);
+            }
         }
         // What the threads a node keeps asleep beside the polling one
         // cost: sockperf busy-polling with one such thread in each of its
@@ -789,6 +796,48 @@ fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
         None => r,
     }
 }
+
+/// The row of the bare busy-polling ping-pong ([`floor`]) beside sockperf
+/// busy polling, `iters` round trips a run (our polling row's, as long as
+/// a sockperf run).
+fn floor_row(
+    t: Transport,
+    udp: bool,
+    secs: f64,
+    iters: u64,
+    has_sockperf: bool,
+) -> anyhow::Result<Row> {
+    let (bare, busy, pairs) = alternated(
+        ALTERNATIONS,
+        || floor::ping_pong(udp, 64, iters).map(Lat::from),
+        has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
+    )?;
+    let proto = if udp { "udp" } else { "--tcp" };
+    let r = row(
+        &format!("{t} 64 B ping-pong, bare busy poll"),
+        "us",
+        Some(bare.median),
+        &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
+        busy.map(|l| l.median),
+        Goal::Info,
+    )
+    .regimes("bare busy poll", "busy poll")
+    .p99(bare.p99, busy.and_then(|l| l.p99))
+    .pairs(pairs)
+    .note(BUSY_FLOOR);
+    Ok(r)
+}
+
+/// What the bare busy-polling rows measure.
+const BUSY_FLOOR: &str = "two threads of this process in a ping-pong of 64 B messages over \
+loopback, no transport of ours in it, each spinning on a receive that does not block and then \
+sending, as sockperf's sides do with --nonblocked (over udp on sockets not connected, with \
+sendto and recvfrom, as sockperf's and our endpoints' are), each thread on a table of \
+descriptors of its own and making its system calls without libc, as a process of one thread \
+does: the system calls' floor under the polling rows, beside sockperf busy polling in the \
+same minute. A ratio of 1.00 is sockperf at that floor; the polling row's ratio above this \
+one is what our endpoint's read and write of a message (its frame, its checks, the token, \
+the sender's admission) cost on the way from a message's arrival to its answer.";
 
 /// The shared-memory latency row's runs, both sides', in `--iterations`:
 /// at 0.1 us a half round trip, 100,000 iterations are 20 ms.

@@ -33,6 +33,7 @@ pub mod compare;
 pub mod demo;
 pub mod echo;
 pub mod files;
+pub mod floor;
 pub mod gateways;
 pub mod idle;
 pub mod manage;

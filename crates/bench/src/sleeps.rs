@@ -113,7 +113,11 @@ impl Pipe {
 /// The connection from `own` on `l`, within `patience`: another local
 /// process may connect first, and what it connects is closed at once (no
 /// stranger is kept waiting or read from).
-fn accept_own(l: &TcpListener, own: SocketAddr, patience: Duration) -> io::Result<TcpStream> {
+pub(crate) fn accept_own(
+    l: &TcpListener,
+    own: SocketAddr,
+    patience: Duration,
+) -> io::Result<TcpStream> {
     l.set_nonblocking(true)?;
     let until = Instant::now() + patience;
     loop {
