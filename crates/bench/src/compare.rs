@@ -17,6 +17,7 @@ use crate::sweep;
 
 mod alternate;
 mod chart;
+mod placement;
 mod sleeping;
 mod table;
 
@@ -25,6 +26,8 @@ use alternate::{
     BRIEF_ALTERNATIONS,
 };
 pub use alternate::{Host, Pair};
+use placement::alternated_steady;
+pub use placement::Placement;
 
 pub use chart::png;
 pub use table::table;
@@ -77,6 +80,11 @@ pub struct Row {
     /// the pairs it took (next to) nothing from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<Host>,
+    /// For a row of small messages over shared memory or UCX: how many of
+    /// its pairs ran in one placement of the processors, and whether the
+    /// figures are of those alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     /// The target, as `target` says it.
     #[serde(skip)]
     goal: Goal,
@@ -95,6 +103,12 @@ impl Row {
     fn pairs(mut self, pairs: Pairs) -> Row {
         self.pairs = pairs.spread();
         self.host = pairs.host();
+        self
+    }
+
+    /// Says how the row's pairs stood with the processors' placement.
+    fn placement(mut self, p: Placement) -> Row {
+        self.placement = Some(p);
         self
     }
 
@@ -166,6 +180,7 @@ fn row(
         note: None,
         pairs: None,
         host: None,
+        placement: None,
         goal,
     }
 }
@@ -240,7 +255,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     // Both sides as many iterations: a run of a fifth of ucx_perftest's
     // was its first few milliseconds, slower by a third on some machines.
     let shm_n = n * SHM_LAT_RUN;
-    let (ours, theirs, pairs) = alternated(
+    let (ours, theirs, pairs, placed) = alternated_steady(
         BRIEF_ALTERNATIONS,
         || {
             lat_n(
@@ -253,6 +268,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             )
         },
         has_ucx.then_some(|| opt(ucx_perftest::latency("posix,self", 8, shm_n)).map(Lat::from)),
+        placement::probe,
     )?;
     rows.push(
         row(
@@ -266,6 +282,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         .regimes(POLL, BUSY_PROGRESS)
         .p99(ours.p99, theirs.and_then(|l| l.p99))
         .pairs(pairs)
+        .placement(placed)
         .note(UCX_WINDOW),
     );
 
@@ -650,7 +667,7 @@ fn ucx_rows(
     };
     let mut s = Session::open_with(exe, None, Some(&opts))?;
     let n = a.iterations;
-    let (ours, theirs, pairs) = alternated(
+    let (ours, theirs, pairs, placed) = alternated_steady(
         BRIEF_ALTERNATIONS,
         || {
             let u = s
@@ -670,6 +687,7 @@ fn ucx_rows(
             })
         },
         Some(|| opt(ucx_perftest::latency(tls, 8, n)).map(Lat::from)),
+        placement::probe,
     )?;
     rows.push(
         row(
@@ -683,6 +701,7 @@ fn ucx_rows(
         .regimes(POLL, BUSY_PROGRESS)
         .p99(ours.p99, theirs.and_then(|l| l.p99))
         .pairs(pairs)
+        .placement(placed)
         .note(UCX_WINDOW),
     );
     for size in [1_000_000usize, 4_000_000] {
@@ -960,6 +979,38 @@ mod tests {
         assert_eq!(j["pairs"], serde_json::json!([1.75, 2.5]));
         let j = serde_json::to_value(&rows[1]).unwrap();
         assert!(j.get("pairs").is_none() && j.get("host").is_none(), "{j}");
+    }
+
+    #[test]
+    fn a_row_of_pairs_probed_for_the_placement_says_below_the_table_how_many_held_it() {
+        let placed = Placement {
+            run: 11,
+            steady: 9,
+            of_steady: true,
+            line_us: Some((0.05, 0.07)),
+        };
+        let r = row(
+            "shm 8 B ping-pong, half rt",
+            "us",
+            Some(0.09),
+            "ucx_perftest tag_lat (posix,self)",
+            Some(0.10),
+            Goal::AtMost(1.0),
+        )
+        .placement(placed.clone());
+        let t = table(std::slice::from_ref(&r));
+        assert!(
+            t.lines().any(|l| l
+                .starts_with("placement: shm 8 B ping-pong, half rt: 9 of 11 pairs")
+                && l.contains("0.050-0.070 us")),
+            "{t}"
+        );
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["placement"]["steady"], 9);
+        assert_eq!(j["placement"]["of_steady"], true);
+        // A row without probes prints no such line.
+        let plain = row("x", "us", Some(1.0), "y", Some(1.0), Goal::Info);
+        assert!(!table(&[plain]).contains("placement:"));
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub(super) const ALTERNATIONS: usize = 5;
 /// others on the 2-core EPYC VM, and either side's half round trip moved
 /// between 0.15 and 0.39 µs (ours) or 0.18 and 0.65 (UCX's) with no steal
 /// in either. Five pairs left the verdict to which levels three of five
-/// runs of each fell on; nine cost a few seconds more.
+/// runs of each fell on; nine cost a few seconds more. Such rows count a
+/// pair only where both its runs had one placement (`placement`).
 pub(super) const BRIEF_ALTERNATIONS: usize = 9;
 
 /// A latency run's median and 99th percentile, microseconds.

@@ -80,6 +80,11 @@ pub fn table(rows: &[Row]) -> String {
     for (k, n) in notes.iter().enumerate() {
         s += &format!("[{}] {n}\n", k + 1);
     }
+    for r in rows {
+        if let Some(p) = &r.placement {
+            s += &format!("placement: {}\n", p.line(&r.figure));
+        }
+    }
     s
 }
 

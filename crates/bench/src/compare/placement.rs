@@ -1,0 +1,331 @@
+//! Where the host has put the machine's processors, as a ping-pong of
+//! small messages over shared memory feels it: the time one cache line
+//! takes between two threads. On a virtual machine that moves between
+//! levels from one second to the next (40-120 ns a half round trip in
+//! some seconds, 320-460 in others on a 2-core EPYC VM), and so does
+//! either side's figure in a row of 8-byte messages over shared memory or
+//! UCX, by as much. A pair of runs of ours and the peer's compares the
+//! two only where both ran in one placement, so a row of such pairs
+//! probes the line before our run, between the two and after the peer's,
+//! and counts the pairs whose three probes agree ([`steady`]), running
+//! more pairs until it has as many as it asked for, or gives up at three
+//! times that and says so.
+//!
+//! ```text
+//!  probe ─► ours ─► probe ─► theirs ─► probe    steady: the three within
+//!    └──────────────── one pair ──────────────┘         STEADY_SPREAD
+//! ```
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::alternate::{median, Lat, Pairs};
+
+/// The most the highest of a pair's three probes may be of the lowest for
+/// the pair to count: the levels lie three times or more apart, one
+/// level's probes within a third of each other.
+pub(super) const STEADY_SPREAD: f64 = 1.5;
+
+/// Round trips of one probe, at most; fewer where [`PROBE_TIME`] runs out
+/// first (a probe of two threads on one processor, which pass the line at
+/// each switch).
+const PROBE_TRIPS: u64 = 20_000;
+
+/// Round trips before the timed ones.
+const WARM_TRIPS: u64 = 1_000;
+
+/// The longest one probe runs (its timed round trips).
+const PROBE_TIME: Duration = Duration::from_millis(30);
+
+/// Pairs a row runs at most, as a multiple of the steady pairs it asks
+/// for.
+const MOST_PAIRS: usize = 3;
+
+/// A cache line of its own (the two threads pass nothing else).
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Whether a pair's probes (µs a half round trip; `None`: a probe that
+/// failed) say both runs had one placement.
+pub(super) fn steady(probes: [Option<f64>; 3]) -> bool {
+    let Some(p) = probes.iter().copied().collect::<Option<Vec<f64>>>() else {
+        return false;
+    };
+    let lo = p.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = p.iter().copied().fold(0.0, f64::max);
+    lo > 0.0 && hi <= STEADY_SPREAD * lo
+}
+
+/// The mean half round trip (µs) of one cache line passed back and forth
+/// between this thread and another, over [`PROBE_TRIPS`] round trips or
+/// [`PROBE_TIME`], whichever ends first; `None` if none was made.
+pub(super) fn probe() -> Option<f64> {
+    let line = Line(AtomicU64::new(0));
+    let stop = AtomicU64::new(0);
+    let (trips, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Answers each odd value with the next even one until told
+            // to stop, or for the warm-up's and the timed trips' time
+            // at most (each bounded by PROBE_TIME).
+            let until = Instant::now() + PROBE_TIME * 3;
+            let mut spins = 0u32;
+            loop {
+                let v = line.0.load(Ordering::Acquire);
+                if v % 2 == 1 {
+                    line.0.store(v + 1, Ordering::Release);
+                    continue;
+                }
+                if stop.load(Ordering::Relaxed) == 1 {
+                    return;
+                }
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(1024) && Instant::now() >= until {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+        });
+        // The first round trips, not timed, bring the other thread up
+        // and the line into both processors' caches.
+        let mut t0 = Instant::now();
+        let mut trips = 0u64;
+        let mut warm = true;
+        'trips: while trips < PROBE_TRIPS {
+            if warm && trips == WARM_TRIPS {
+                (warm, trips, t0) = (false, 0, Instant::now());
+            }
+            let v = 2 * (trips + if warm { 0 } else { WARM_TRIPS }) + 1;
+            line.0.store(v, Ordering::Release);
+            let mut spins = 0u32;
+            while line.0.load(Ordering::Acquire) != v + 1 {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(1024) && t0.elapsed() >= PROBE_TIME {
+                    break 'trips;
+                }
+                std::hint::spin_loop();
+            }
+            trips += 1;
+            if trips.is_multiple_of(256) && t0.elapsed() >= PROBE_TIME {
+                break;
+            }
+        }
+        let took = t0.elapsed();
+        stop.store(1, Ordering::Relaxed);
+        (trips, took)
+    });
+    (trips > 0).then(|| took.as_secs_f64() * 1e6 / trips as f64 / 2.0)
+}
+
+/// How a row's pairs stood with the placement.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Placement {
+    /// Pairs run.
+    pub run: usize,
+    /// Of those, the steady ones, which the row's figures are of where
+    /// there are at least half as many as it asked for; else of all.
+    pub steady: usize,
+    /// Whether the row's figures are of the steady pairs alone.
+    pub of_steady: bool,
+    /// The lowest and highest probe of the pairs the figures are of, µs
+    /// a half round trip of one cache line.
+    pub line_us: Option<(f64, f64)>,
+}
+
+impl Placement {
+    /// One line for below the table.
+    pub fn line(&self, figure: &str) -> String {
+        let probes = self
+            .line_us
+            .map_or("no probe".into(), |(lo, hi)| format!("{lo:.3}-{hi:.3} us"));
+        if self.of_steady {
+            format!(
+                "{figure}: {} of {} pairs in one placement (one cache line between two threads \
+                 {probes} a half round trip, before, between and after their runs); the row is \
+                 of those",
+                self.steady, self.run
+            )
+        } else {
+            format!(
+                "{figure}: {} of {} pairs in one placement, too few: the row is of all {} \
+                 (one cache line between two threads {probes} a half round trip), and moves \
+                 with where the host put the processors",
+                self.steady, self.run, self.run
+            )
+        }
+    }
+}
+
+/// One pair's figures and the probes around its runs.
+struct Probed {
+    ours: Lat,
+    theirs: Option<Lat>,
+    probes: [Option<f64>; 3],
+}
+
+/// As [`super::alternate::alternated`], for a row of small messages over
+/// shared memory or UCX: pairs of runs with the placement probed around
+/// each ([`probe`], or `probe_with` in tests), until `times` of them
+/// are steady or `MOST_PAIRS` times as many were run. Each side's
+/// figure is the median of its runs in the steady pairs, where there are
+/// at least half of `times`; else in all.
+pub(super) fn alternated_steady(
+    times: usize,
+    mut ours: impl FnMut() -> anyhow::Result<Lat>,
+    mut theirs: Option<impl FnMut() -> Option<Lat>>,
+    mut probe_with: impl FnMut() -> Option<f64>,
+) -> anyhow::Result<(Lat, Option<Lat>, Pairs, Placement)> {
+    let mut all: Vec<Probed> = Vec::new();
+    let mut pairs_all = Pairs::default();
+    let mut pairs_steady = Pairs::default();
+    let mut steady_n = 0;
+    while steady_n < times && all.len() < times * MOST_PAIRS {
+        let before = probe_with();
+        let mut between = None;
+        let (o, t, took) = pairs_all.run(
+            &mut ours,
+            |_| {
+                between = probe_with();
+                theirs.as_mut().and_then(|f| f())
+            },
+            |o, t| Some((o.median, t.median)),
+        )?;
+        let probes = [before, between, probe_with()];
+        if steady(probes) {
+            steady_n += 1;
+            if let Some(t) = t {
+                pairs_steady.push(o.median, t.median, took);
+            }
+        }
+        all.push(Probed {
+            ours: o,
+            theirs: t,
+            probes,
+        });
+    }
+    let of_steady = 2 * steady_n >= times;
+    let kept: Vec<&Probed> = all
+        .iter()
+        .filter(|p| !of_steady || steady(p.probes))
+        .collect();
+    let side = |v: Vec<Lat>| {
+        median(v.iter().map(|l| l.median).collect()).map(|m| Lat {
+            median: m,
+            p99: median(v.iter().filter_map(|l| l.p99).collect()),
+        })
+    };
+    let ours_lat = side(kept.iter().map(|p| p.ours).collect())
+        .ok_or_else(|| anyhow::anyhow!("no latency run"))?;
+    let theirs_lat = side(kept.iter().filter_map(|p| p.theirs).collect());
+    let probes: Vec<f64> = kept.iter().flat_map(|p| p.probes).flatten().collect();
+    let line_us = (!probes.is_empty()).then(|| {
+        let lo = probes.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = probes.iter().copied().fold(0.0, f64::max);
+        (lo, hi)
+    });
+    let placement = Placement {
+        run: all.len(),
+        steady: steady_n,
+        of_steady,
+        line_us,
+    };
+    let pairs = if of_steady { pairs_steady } else { pairs_all };
+    Ok((ours_lat, theirs_lat, pairs, placement))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn lat(m: f64) -> Lat {
+        Lat {
+            median: m,
+            p99: Some(m * 2.0),
+        }
+    }
+
+    #[test]
+    fn three_probes_within_the_spread_are_steady_and_a_missing_one_is_not() {
+        assert!(steady([Some(0.05), Some(0.07), Some(0.06)]));
+        assert!(steady([Some(0.40), Some(0.45), Some(0.32)]));
+        assert!(!steady([Some(0.05), Some(0.40), Some(0.06)]));
+        assert!(!steady([Some(0.05), None, Some(0.05)]));
+        assert!(!steady([Some(0.0), Some(0.0), Some(0.0)]));
+    }
+
+    #[test]
+    fn a_probe_passes_the_line_and_says_how_long_a_half_round_trip_took() {
+        let t0 = Instant::now();
+        let p = probe().expect("a probe");
+        assert!(p > 0.0 && p.is_finite(), "{p}");
+        // Bounded by its time (and the other thread's), whatever the
+        // machine does.
+        assert!(t0.elapsed() < PROBE_TIME * 10, "{:?}", t0.elapsed());
+    }
+
+    /// Runs `alternated_steady` over pairs whose three probes are given in
+    /// turn, ours at 1.0 and theirs at 2.0 in a steady pair, 0.5 and 9.0
+    /// in another.
+    fn run(times: usize, probes: &[f64]) -> (Lat, Option<Lat>, Placement) {
+        let at = Cell::new(0usize);
+        let calls = Cell::new(0usize);
+        let next = || {
+            let v = probes[at.get() % probes.len()];
+            at.set(at.get() + 1);
+            Some(v)
+        };
+        // Our run is told whether its pair is steady by the probe before
+        // it (the probes come in threes).
+        let steady_pair = |k: usize| {
+            let p = &probes[(3 * k) % probes.len()..];
+            steady([Some(p[0]), Some(p[1]), Some(p[2])])
+        };
+        let ours = || {
+            let k = calls.get();
+            Ok(lat(if steady_pair(k) { 1.0 } else { 0.5 }))
+        };
+        let theirs = || {
+            let k = calls.get();
+            calls.set(k + 1);
+            Some(lat(if steady_pair(k) { 2.0 } else { 9.0 }))
+        };
+        let (o, t, _, p) = alternated_steady(times, ours, Some(theirs), next).unwrap();
+        (o, t, p)
+    }
+
+    #[test]
+    fn pairs_across_a_change_of_placement_are_left_out_and_more_are_run() {
+        // Steady, unsteady, steady, ... : five steady pairs asked for.
+        let probes = [
+            0.05, 0.05, 0.06, // steady
+            0.05, 0.40, 0.40, // the placement moved between the runs
+        ];
+        let (o, t, p) = run(5, &probes);
+        assert_eq!((p.run, p.steady, p.of_steady), (9, 5, true));
+        assert_eq!(o.median, 1.0);
+        assert_eq!(t.unwrap().median, 2.0);
+        assert_eq!(p.line_us, Some((0.05, 0.06)));
+        assert!(p.line("shm 8 B").contains("5 of 9 pairs in one placement"));
+    }
+
+    #[test]
+    fn steady_pairs_are_sought_up_to_three_times_as_many_runs() {
+        // One steady pair in three: the fifth comes with the 13th pair.
+        let probes = [0.05, 0.05, 0.05, 0.05, 0.40, 0.40, 0.40, 0.05, 0.40];
+        let (o, t, p) = run(5, &probes);
+        assert_eq!((p.run, p.steady, p.of_steady), (13, 5, true));
+        assert_eq!(o.median, 1.0);
+        assert_eq!(t.unwrap().median, 2.0);
+    }
+
+    #[test]
+    fn too_few_steady_pairs_leave_the_row_of_all_and_say_so() {
+        // None steady: four asked for, twelve run, the row of all.
+        let (o, t, p) = run(4, &[0.05, 0.40, 0.05]);
+        assert_eq!((p.run, p.steady, p.of_steady), (12, 0, false));
+        assert_eq!(o.median, 0.5, "all pairs' median: the unsteady ones");
+        assert_eq!(t.unwrap().median, 9.0);
+        assert!(p.line("x").contains("too few"), "{}", p.line("x"));
+    }
+}
