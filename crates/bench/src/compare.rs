@@ -783,7 +783,6 @@ fn sockperf_lat(
 /// that gives no figure leaves the row without one (`n.a.`), not the
 /// whole comparison.
 fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
-    let proto = if udp { "udp" } else { "--tcp" };
     let figures = Resident::new().and_then(|resident| {
         let run = |r| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, r);
         alternated(
@@ -792,28 +791,14 @@ fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
             Some(|| run(None)),
         )
     });
-    let (with, without, pairs) = match figures {
-        Ok((w, wo, p)) => (Some(w), wo, Some(p)),
-        Err(e) => {
-            eprintln!("sockperf with a thread asleep ({t}): {e:#}");
-            (None, None, None)
-        }
-    };
-    let r = row(
-        &format!("{t} 64 B ping-pong, sockperf, a thread asleep"),
-        "us",
-        with.map(|l| l.median),
-        &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
-        without.map(|l| l.median),
-        Goal::Info,
+    info_beside_sockperf(
+        t,
+        udp,
+        "sockperf, a thread asleep",
+        figures,
+        ("busy poll + thread", "busy poll"),
+        RESIDENT,
     )
-    .regimes("busy poll + thread", "busy poll")
-    .p99(with.and_then(|l| l.p99), without.and_then(|l| l.p99))
-    .note(RESIDENT);
-    match pairs {
-        Some(p) => r.pairs(p),
-        None => r,
-    }
 }
 
 /// The row of the bare busy-polling ping-pong ([`floor`]) beside sockperf
@@ -826,25 +811,46 @@ fn floor_row(t: Transport, udp: bool, secs: f64, iters: u64, has_sockperf: bool)
         || floor::ping_pong(udp, 64, iters).map(Lat::from),
         has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
     );
-    let (bare, busy, pairs) = match figures {
-        Ok((b, s, p)) => (Some(b), s, Some(p)),
+    info_beside_sockperf(
+        t,
+        udp,
+        "bare busy poll",
+        figures,
+        ("bare busy poll", "busy poll"),
+        BUSY_FLOOR,
+    )
+}
+
+/// An information row of 64 B ping-pongs over `t` beside sockperf busy
+/// polling: `figures` of alternated runs, or why there are none (the row
+/// is then `n.a.`, and the comparison goes on).
+fn info_beside_sockperf(
+    t: Transport,
+    udp: bool,
+    what: &str,
+    figures: anyhow::Result<(Lat, Option<Lat>, Pairs)>,
+    regimes: (&'static str, &'static str),
+    note: &'static str,
+) -> Row {
+    let (ours, theirs, pairs) = match figures {
+        Ok((o, th, p)) => (Some(o), th, Some(p)),
         Err(e) => {
-            eprintln!("the bare busy-polling ping-pong ({t}): {e:#}");
+            eprintln!("{what} ({t}): {e:#}");
             (None, None, None)
         }
     };
     let proto = if udp { "udp" } else { "--tcp" };
     let r = row(
-        &format!("{t} 64 B ping-pong, bare busy poll"),
+        &format!("{t} 64 B ping-pong, {what}"),
         "us",
-        bare.map(|l| l.median),
+        ours.map(|l| l.median),
         &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
-        busy.map(|l| l.median),
+        theirs.map(|l| l.median),
         Goal::Info,
     )
-    .regimes("bare busy poll", "busy poll")
-    .p99(bare.and_then(|l| l.p99), busy.and_then(|l| l.p99))
-    .note(BUSY_FLOOR);
+    .regimes(regimes.0, regimes.1)
+    .p99(ours.and_then(|l| l.p99), theirs.and_then(|l| l.p99))
+    .note(note);
     match pairs {
         Some(p) => r.pairs(p),
         None => r,

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::peers::Latency;
 use crate::sleeps::accept_own;
+use crate::stats::Summary;
 
 /// Longest a side waits for one message, and for the other side to take
 /// what it sends.
@@ -200,12 +201,7 @@ pub fn ping_pong(udp: bool, size: usize, iters: u64) -> anyhow::Result<Latency> 
             .map_err(|_| anyhow::anyhow!("the echoing thread panicked"))?;
         theirs.and(mine)
     })?;
-    half.sort_by(f64::total_cmp);
-    let at = |q: f64| half[((half.len() - 1) as f64 * q).round() as usize];
-    Ok(Latency {
-        median: at(0.5),
-        p99: at(0.99),
-    })
+    Ok(Latency::from(Summary::of(&mut half)))
 }
 
 #[cfg(test)]

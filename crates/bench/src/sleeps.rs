@@ -27,6 +27,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::peers::Latency;
+use crate::stats::Summary;
 
 /// How each side waits for the next message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -254,12 +255,7 @@ pub fn ping_pong(udp: bool, size: usize, iters: u64, sleep: Sleep) -> anyhow::Re
             .map_err(|_| anyhow::anyhow!("the echoing thread panicked"))?;
         mine.and(theirs)
     })?;
-    half.sort_by(f64::total_cmp);
-    let at = |q: f64| half[((half.len() - 1) as f64 * q).round() as usize];
-    Ok(Latency {
-        median: at(0.5),
-        p99: at(0.99),
-    })
+    Ok(Latency::from(Summary::of(&mut half)))
 }
 
 #[cfg(test)]

@@ -36,6 +36,15 @@ pub struct Latency {
     pub p99: f64,
 }
 
+impl From<crate::stats::Summary> for Latency {
+    fn from(s: crate::stats::Summary) -> Latency {
+        Latency {
+            median: s.median,
+            p99: s.p99,
+        }
+    }
+}
+
 /// An established tool: the program and the Debian package that has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tool {
