@@ -482,10 +482,11 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
         ] {
             let iters = matched(&mut s, c)?;
-            let (ours, theirs, pairs) = alternated(
+            let (ours, theirs, pairs, placed) = alternated_steady(
                 ALTERNATIONS,
                 || lat_n(&mut s, t, m, c, 64, iters),
                 has_sockperf.then_some(|| sockperf_lat(udp, secs, regime, None)),
+                placement::probe,
             )?;
             let proto = if udp { "udp" } else { "--tcp" };
             rows.push(
@@ -499,7 +500,8 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
                 )
                 .regimes(ours_regime, peer_regime)
                 .p99(ours.p99, theirs.and_then(|l| l.p99))
-                .pairs(pairs),
+                .pairs(pairs)
+                .placement(placed),
             );
             // Beside the polling row, the floor under it: the same
             // ping-pong with nothing but its system calls, beside
@@ -785,10 +787,11 @@ fn sockperf_lat(
 fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
     let figures = Resident::new().and_then(|resident| {
         let run = |r| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, r);
-        alternated(
+        alternated_steady(
             ALTERNATIONS,
             || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
             Some(|| run(None)),
+            placement::probe,
         )
     });
     info_beside_sockperf(
@@ -806,10 +809,11 @@ fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
 /// a sockperf run). A failed bare run leaves the row without figures
 /// (`n.a.`), not the whole comparison.
 fn floor_row(t: Transport, udp: bool, secs: f64, iters: u64, has_sockperf: bool) -> Row {
-    let figures = alternated(
+    let figures = alternated_steady(
         ALTERNATIONS,
         || floor::ping_pong(udp, 64, iters).map(Lat::from),
         has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
+        placement::probe,
     );
     info_beside_sockperf(
         t,
@@ -828,12 +832,12 @@ fn info_beside_sockperf(
     t: Transport,
     udp: bool,
     what: &str,
-    figures: anyhow::Result<(Lat, Option<Lat>, Pairs)>,
+    figures: anyhow::Result<(Lat, Option<Lat>, Pairs, Placement)>,
     regimes: (&'static str, &'static str),
     note: &'static str,
 ) -> Row {
     let (ours, theirs, pairs) = match figures {
-        Ok((o, th, p)) => (Some(o), th, Some(p)),
+        Ok((o, th, p, placed)) => (Some(o), th, Some((p, placed))),
         Err(e) => {
             eprintln!("{what} ({t}): {e:#}");
             (None, None, None)
@@ -852,7 +856,7 @@ fn info_beside_sockperf(
     .p99(ours.and_then(|l| l.p99), theirs.and_then(|l| l.p99))
     .note(note);
     match pairs {
-        Some(p) => r.pairs(p),
+        Some((p, placed)) => r.pairs(p).placement(placed),
         None => r,
     }
 }
@@ -1011,9 +1015,9 @@ mod tests {
         .placement(placed);
         let t = table(std::slice::from_ref(&r));
         assert!(
-            t.lines().any(|l| l
-                .starts_with("placement: shm 8 B ping-pong, half rt: 9 of 11 pairs")
-                && l.contains("0.050-0.070 us")),
+            t.lines().any(|l| l.starts_with(
+                "placement: shm 8 B ping-pong, half rt: 9 of 11 pairs with both runs"
+            ) && l.contains("0.050-0.070 us")),
             "{t}"
         );
         let j = serde_json::to_value(&r).unwrap();

@@ -4,8 +4,9 @@
 //! levels from one second to the next (40-120 ns a half round trip in
 //! some seconds, 320-460 in others on a 2-core EPYC VM), and so does
 //! either side's figure in a row of 8-byte messages over shared memory or
-//! UCX, by as much. A pair of runs of ours and the peer's compares the
-//! two only where both ran in one placement, so a row of such pairs
+//! UCX, by as much, and a ping-pong over loopback sockets by a third. A
+//! pair of runs of ours and the peer's compares the two only where both
+//! ran in one placement, so a row of such pairs
 //! probes the line before our run, between the two and after the peer's,
 //! and counts the pairs whose three probes agree ([`steady`]), running
 //! more pairs until it has as many as it asked for, or gives up at three
@@ -138,18 +139,25 @@ impl Placement {
         let probes = self
             .line_us
             .map_or("no probe".into(), |(lo, hi)| format!("{lo:.3}-{hi:.3} us"));
+        // Pairs each steady may still differ from each other.
+        let apart = self.line_us.is_some_and(|(lo, hi)| hi > STEADY_SPREAD * lo);
+        let which = if apart {
+            ", not all pairs in the same one"
+        } else {
+            ""
+        };
         if self.of_steady {
             format!(
-                "{figure}: {} of {} pairs in one placement (one cache line between two threads \
-                 {probes} a half round trip, before, between and after their runs); the row is \
-                 of those",
+                "{figure}: {} of {} pairs with both runs in one placement{which} (one cache line \
+                 between two threads {probes} a half round trip, before, between and after \
+                 their runs); the row is of those",
                 self.steady, self.run
             )
         } else {
             format!(
-                "{figure}: {} of {} pairs in one placement, too few: the row is of all {} \
-                 (one cache line between two threads {probes} a half round trip), and moves \
-                 with where the host put the processors",
+                "{figure}: {} of {} pairs with both runs in one placement, too few: the row is of \
+                 all {} (one cache line between two threads {probes} a half round trip), and \
+                 moves with where the host put the processors",
                 self.steady, self.run, self.run
             )
         }
@@ -306,7 +314,23 @@ mod tests {
         assert_eq!(o.median, 1.0);
         assert_eq!(t.unwrap().median, 2.0);
         assert_eq!(p.line_us, Some((0.05, 0.06)));
-        assert!(p.line("shm 8 B").contains("5 of 9 pairs in one placement"));
+        assert!(p
+            .line("shm 8 B")
+            .contains("5 of 9 pairs with both runs in one placement ("));
+    }
+
+    #[test]
+    fn pairs_each_in_one_placement_but_not_the_same_are_said_to_be_so() {
+        let (_, _, p) = run(4, &[0.05, 0.05, 0.06, 0.40, 0.42, 0.45]);
+        assert_eq!((p.run, p.steady, p.of_steady), (4, 4, true));
+        assert_eq!(p.line_us, Some((0.05, 0.45)));
+        assert!(
+            p.line("x").contains("not all pairs in the same one"),
+            "{}",
+            p.line("x")
+        );
+        let (_, _, q) = run(4, &[0.05, 0.05, 0.06]);
+        assert!(!q.line("x").contains("not all"), "{}", q.line("x"));
     }
 
     #[test]
