@@ -1016,7 +1016,7 @@ mod tests {
         let t = table(std::slice::from_ref(&r));
         assert!(
             t.lines().any(|l| l.starts_with(
-                "placement: shm 8 B ping-pong, half rt: 9 of 11 pairs with both runs"
+                "placement: shm 8 B ping-pong, half rt (- / -): 9 of 11 pairs with both runs"
             ) && l.contains("0.050-0.070 us")),
             "{t}"
         );

@@ -28,6 +28,10 @@ use super::alternate::{median, Lat, Pairs};
 /// level's probes within a third of each other.
 pub(super) const STEADY_SPREAD: f64 = 1.5;
 
+/// The least the far placement's probe is of the near one's: counted
+/// pairs whose probes lie further apart than this were not all in one.
+const LEVELS_APART: f64 = 3.0;
+
 /// Round trips of one probe, at most; fewer where [`PROBE_TIME`] runs out
 /// first (a probe of two threads on one processor, which pass the line at
 /// each switch).
@@ -140,7 +144,7 @@ impl Placement {
             .line_us
             .map_or("no probe".into(), |(lo, hi)| format!("{lo:.3}-{hi:.3} us"));
         // Pairs each steady may still differ from each other.
-        let apart = self.line_us.is_some_and(|(lo, hi)| hi > STEADY_SPREAD * lo);
+        let apart = self.line_us.is_some_and(|(lo, hi)| hi > LEVELS_APART * lo);
         let which = if apart {
             ", not all pairs in the same one"
         } else {
@@ -329,7 +333,9 @@ mod tests {
             "{}",
             p.line("x")
         );
-        let (_, _, q) = run(4, &[0.05, 0.05, 0.06]);
+        // Steady pairs of one level, further apart than one pair may be.
+        let (_, _, q) = run(4, &[0.05, 0.05, 0.06, 0.06, 0.08, 0.08]);
+        assert_eq!(q.line_us, Some((0.05, 0.08)));
         assert!(!q.line("x").contains("not all"), "{}", q.line("x"));
     }
 

@@ -82,7 +82,8 @@ pub fn table(rows: &[Row]) -> String {
     }
     for r in rows {
         if let Some(p) = &r.placement {
-            s += &format!("placement: {}\n", p.line(&r.figure));
+            let which = format!("{} ({} / {})", r.figure, r.ours_regime, r.peer_regime);
+            s += &format!("placement: {}\n", p.line(&which));
         }
     }
     s
