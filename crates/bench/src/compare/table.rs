@@ -94,4 +94,4 @@ const HOST: &str = "host ms: the processor time the machine's host gave to other
 summed over this machine's processors, in the kernel's 10 ms ticks) during our runs / the \
 peer's, summed over the row's pairs; calm: ours / theirs over the pairs it took at most 1% of \
 either run's length from (how many), the medians of each side's runs. The verdict is on all \
-pairs.\n";
+pairs (those counted, where a placement line below says which).\n";
