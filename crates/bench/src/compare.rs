@@ -6,8 +6,6 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::floor;
-use crate::peers::resident::Resident;
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::pin::OneProcessor;
 use crate::proto::Test;
@@ -16,6 +14,7 @@ use crate::sleeps;
 use crate::sweep;
 
 mod alternate;
+mod beside_sockperf;
 mod chart;
 mod placement;
 mod sleeping;
@@ -26,6 +25,7 @@ use alternate::{
     BRIEF_ALTERNATIONS,
 };
 pub use alternate::{Host, Pair};
+use beside_sockperf::{floor_row, resident_row, sockperf_lat};
 use placement::alternated_steady;
 pub use placement::Placement;
 
@@ -768,111 +768,6 @@ const UCX_WINDOW: &str = "ucx_perftest keeps the times of its last 2048 iteratio
 (TIMING_QUEUE_SIZE) and reports one percentile of those a run: its median is of a run with \
 -R 50, its p99 of the next, with -R 99; ours are of every timed iteration, after a warm-up.";
 
-/// A sockperf ping-pong of 64 B over udp or tcp for twice `secs` seconds,
-/// both sides in `regime`, with a thread asleep in each of its processes
-/// where `resident` is given; `None` where it gave no figure.
-fn sockperf_lat(
-    udp: bool,
-    secs: f64,
-    regime: sockperf::Regime,
-    resident: Option<&Resident>,
-) -> Option<Lat> {
-    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime, resident)).map(Lat::from)
-}
-
-/// sockperf busy-polling over `t` (udp or tcp) with a thread asleep in
-/// each of its processes, beside sockperf as it comes, alternated. A run
-/// that gives no figure leaves the row without one (`n.a.`), not the
-/// whole comparison.
-fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
-    let figures = Resident::new().and_then(|resident| {
-        let run = |r| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, r);
-        alternated_steady(
-            ALTERNATIONS,
-            || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
-            Some(|| run(None)),
-            placement::probe,
-        )
-    });
-    info_beside_sockperf(
-        t,
-        udp,
-        "sockperf, a thread asleep",
-        figures,
-        ("busy poll + thread", "busy poll"),
-        RESIDENT,
-    )
-}
-
-/// The row of the bare busy-polling ping-pong ([`floor`]) beside sockperf
-/// busy polling, `iters` round trips a run (our polling row's, as long as
-/// a sockperf run). A failed bare run leaves the row without figures
-/// (`n.a.`), not the whole comparison.
-fn floor_row(t: Transport, udp: bool, secs: f64, iters: u64, has_sockperf: bool) -> Row {
-    let figures = alternated_steady(
-        ALTERNATIONS,
-        || floor::ping_pong(udp, 64, iters).map(Lat::from),
-        has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
-        placement::probe,
-    );
-    info_beside_sockperf(
-        t,
-        udp,
-        "bare busy poll",
-        figures,
-        ("bare busy poll", "busy poll"),
-        BUSY_FLOOR,
-    )
-}
-
-/// An information row of 64 B ping-pongs over `t` beside sockperf busy
-/// polling: `figures` of alternated runs, or why there are none (the row
-/// is then `n.a.`, and the comparison goes on).
-fn info_beside_sockperf(
-    t: Transport,
-    udp: bool,
-    what: &str,
-    figures: anyhow::Result<(Lat, Option<Lat>, Pairs, Placement)>,
-    regimes: (&'static str, &'static str),
-    note: &'static str,
-) -> Row {
-    let (ours, theirs, pairs) = match figures {
-        Ok((o, th, p, placed)) => (Some(o), th, Some((p, placed))),
-        Err(e) => {
-            eprintln!("{what} ({t}): {e:#}");
-            (None, None, None)
-        }
-    };
-    let proto = if udp { "udp" } else { "--tcp" };
-    let r = row(
-        &format!("{t} 64 B ping-pong, {what}"),
-        "us",
-        ours.map(|l| l.median),
-        &format!("sockperf pp {proto} {}", sockperf::Regime::BusyPoll.flags()),
-        theirs.map(|l| l.median),
-        Goal::Info,
-    )
-    .regimes(regimes.0, regimes.1)
-    .p99(ours.and_then(|l| l.p99), theirs.and_then(|l| l.p99))
-    .note(note);
-    match pairs {
-        Some((p, placed)) => r.pairs(p).placement(placed),
-        None => r,
-    }
-}
-
-/// What the bare busy-polling rows measure.
-const BUSY_FLOOR: &str = "two threads of this process in a ping-pong of 64 B messages over \
-loopback, no transport of ours in it, each spinning on a receive that does not block and then \
-sending, as sockperf's sides do with --nonblocked (over udp on sockets not connected, with \
-sendto and recvfrom, as sockperf's and our endpoints' are), each thread on a table of \
-descriptors of its own and making its system calls without libc, as a process of one thread \
-does: the system calls' floor under the polling rows, beside sockperf busy polling in the \
-same minute. A ratio of 1.00 is sockperf at that floor; the polling row's ratio above this \
-one is how far ours is above it: our endpoint's read and write of a message (its frame, its \
-checks, the token, the sender's admission) and whatever else ours does between a message's \
-arrival and its answer.";
-
 /// The shared-memory latency row's runs, both sides', in `--iterations`:
 /// at 0.1 us a half round trip, 100,000 iterations are 20 ms.
 const SHM_LAT_RUN: u64 = 5;
@@ -899,15 +794,6 @@ slowly: a system call more a message on each side than a blocking recv. In a qui
 ping-pong such as the waiting row's, one of one tcp connection or of datagrams alone \
 sleeps in that socket's own recv, as a blocking recv does (the fabric's recv_sleep): the \
 ratio is what that saves here.";
-
-/// What the rows of sockperf with a thread asleep measure.
-const RESIDENT: &str = "sockperf busy-polling as in the polling row above, with one thread \
-more in each of its processes, asleep (a library preloaded into it, peers::resident), beside \
-sockperf as it comes. In a process of more than one thread sharing its table of \
-descriptors every system call on a descriptor takes a reference to its file and drops it \
-after (the kernel's fdget and fput), which a process of one thread skips, and glibc's \
-socket calls switch cancellation on and off around each call. The ratio is what both cost \
-sockperf. A node's acceptors run on a table of their own, so ours pay neither.";
 
 /// What the one-processor rows measure.
 const ONE_PROCESSOR: &str = "both sides of each ping-pong, ours and the peer's, kept to \
