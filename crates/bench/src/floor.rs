@@ -146,12 +146,13 @@ impl End {
 /// it (the sockets it borrows are closed by their owner, in the
 /// process's table, and the copy goes with the thread).
 fn own_table() -> anyhow::Result<()> {
-    // SAFETY: unsharing the table leaves every descriptor open in both
-    // tables; this thread uses only the sockets it borrows (present in
-    // its copy under the same numbers) and closes none, so nothing the
-    // process's other threads hold changes under them.
-    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES) }
-        .context("a table of descriptors of the thread's own")
+    // Unsharing the table leaves every descriptor open in both tables;
+    // this thread uses only the sockets it borrows (present in its copy
+    // under the same numbers) and closes none, so nothing the process's
+    // other threads hold changes under them.
+    // SAFETY: as just said.
+    let unshared = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES) };
+    unshared.context("a table of descriptors of the thread's own")
 }
 
 /// `iters` timed round trips of `size`-byte messages over loopback TCP (or
