@@ -7,29 +7,26 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
-use crate::pin::OneProcessor;
 use crate::proto::Test;
 use crate::session::Session;
-use crate::sleeps;
 use crate::sweep;
 
 mod alternate;
 mod beside_sockperf;
 mod chart;
+mod groups;
 mod placement;
 mod sleeping;
+mod sockets;
 mod table;
 
-use alternate::{
-    alternated, alternated_bw, least_messages, median, Lat, Moved, Pairs, ALTERNATIONS,
-    BRIEF_ALTERNATIONS,
-};
+use alternate::{alternated_bw, least_messages, median, Lat, Moved, Pairs, BRIEF_ALTERNATIONS};
 pub use alternate::{Host, Pair};
-use beside_sockperf::{floor_row, resident_row, sockperf_lat};
 use placement::alternated_steady;
 pub use placement::Placement;
 
 pub use chart::png;
+pub use groups::{Group, Groups, LEAST_PAIRS, MOST_PAIRS};
 pub use table::table;
 
 /// What to run.
@@ -39,6 +36,11 @@ pub struct Options {
     pub seconds: f64,
     /// Iterations per latency figure.
     pub iterations: u64,
+    /// The groups of rows to make.
+    pub only: Groups,
+    /// Pairs of runs behind each alternated latency row, where not each
+    /// row's own number ([`groups::pairs`]).
+    pub pairs: Option<usize>,
 }
 
 /// One figure, ours beside the peer's.
@@ -230,36 +232,97 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     }
     let has_ucx = ucx_perftest::TOOL.installed();
     let has_sockperf = sockperf::TOOL.installed();
-    let mut s = Session::open(exe, None)?;
+    // One session for the groups that share it, opened by the first.
+    let mut main = None;
     let mut rows = Vec::new();
-    let (n, secs) = (a.iterations, a.seconds);
-    let lat_n = |s: &mut Session, t, m, c, size, n| -> anyhow::Result<Lat> {
-        let u = s.client().latency(Test::PingPong, t, m, c, size, n)?.usec;
-        Ok(Lat {
-            median: u.median,
-            p99: Some(u.p99),
-        })
-    };
-    let lat_in = |s: &mut Session, t, m, c, size| lat_n(s, t, m, c, size, n);
-    // At least `least` messages (a peer's run beside it moves as many).
-    let bw = |s: &mut Session, t, m, c, size, least| -> anyhow::Result<crate::report::BwRow> {
-        let plan = sweep::Bandwidth {
-            least,
-            ..sweep::Bandwidth::one(t, m, c, size, secs)
-        };
-        let mut rows = plan.run(s.client())?;
-        rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
-    };
+    if a.only.has(Group::Shm) {
+        rows.extend(shm_rows(session(exe, &mut main)?, a, has_ucx)?);
+    }
+    if a.only.has(Group::TcpBw) {
+        rows.extend(tcp_bw_rows(session(exe, &mut main)?, a, has_ucx)?);
+    }
+    for (t, m, udp, g) in [
+        (Transport::Tcp, Mode::Reliable, false, Group::Tcp),
+        (Transport::Udp, Mode::Datagram, true, Group::Udp),
+    ] {
+        if a.only.has(g) {
+            eprintln!("{t} latency ...");
+            rows.extend(sockets::rows(exe, a, t, m, udp, has_sockperf)?);
+        }
+    }
 
+    if has_ucx && a.only.has(Group::Ucx) {
+        for (name, tls) in [("sm", "sm,self"), ("tcp", "tcp")] {
+            ucx_rows(exe, a, name, tls, &mut rows)?;
+        }
+    }
+    if a.only.has(Group::Waiting) {
+        rows.extend(waiting_rows(session(exe, &mut main)?, a, has_ucx)?);
+    }
+    if a.only.has(Group::Cpu) {
+        rows.extend(cpu_rows(session(exe, &mut main)?, a)?);
+    }
+    Ok(rows)
+}
+
+/// The session `main` holds, opened now if it is not yet.
+fn session<'a>(exe: &Path, main: &'a mut Option<Session>) -> anyhow::Result<&'a mut Session> {
+    if main.is_none() {
+        *main = Some(Session::open(exe, None)?);
+    }
+    Ok(main.as_mut().expect("opened above"))
+}
+
+/// A ping-pong of `n` iterations of `size` bytes on `s`: its median and
+/// 99th percentile.
+fn lat_n(
+    s: &mut Session,
+    t: Transport,
+    m: Mode,
+    c: Completion,
+    size: usize,
+    n: u64,
+) -> anyhow::Result<Lat> {
+    let u = s.client().latency(Test::PingPong, t, m, c, size, n)?.usec;
+    Ok(Lat {
+        median: u.median,
+        p99: Some(u.p99),
+    })
+}
+
+/// A bandwidth run of `secs` seconds and at least `least` messages (a
+/// peer's run beside it moves as many).
+fn bw(
+    s: &mut Session,
+    t: Transport,
+    m: Mode,
+    c: Completion,
+    size: usize,
+    least: u64,
+    secs: f64,
+) -> anyhow::Result<crate::report::BwRow> {
+    let plan = sweep::Bandwidth {
+        least,
+        ..sweep::Bandwidth::one(t, m, c, size, secs)
+    };
+    let mut rows = plan.run(s.client())?;
+    rows.pop().ok_or_else(|| anyhow::anyhow!("no row"))
+}
+
+/// Shared memory beside UCX over posix: the 8 B ping-pong and the puts.
+fn shm_rows(s: &mut Session, a: &Options, has_ucx: bool) -> anyhow::Result<Vec<Row>> {
+    let (n, secs) = (a.iterations, a.seconds);
+    let mut rows = Vec::new();
     eprintln!("shm latency ...");
     // Both sides as many iterations: a run of a fifth of ucx_perftest's
     // was its first few milliseconds, slower by a third on some machines.
     let shm_n = n * SHM_LAT_RUN;
+    let times = groups::pairs(a.pairs, BRIEF_ALTERNATIONS);
     let (ours, theirs, pairs, placed) = alternated_steady(
-        BRIEF_ALTERNATIONS,
+        times,
         || {
             lat_n(
-                &mut s,
+                s,
                 Transport::Shm,
                 Mode::Reliable,
                 Completion::Poll,
@@ -272,7 +335,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     )?;
     rows.push(
         row(
-            &format!("shm 8 B ping-pong, half rt, median of {BRIEF_ALTERNATIONS}"),
+            &format!("shm 8 B ping-pong, half rt, median of {times}"),
             "us",
             Some(ours.median),
             "ucx_perftest tag_lat (posix,self)",
@@ -294,12 +357,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             || {
                 let least = least_messages(20_000.0, secs, size);
                 let r = bw(
-                    &mut s,
+                    s,
                     Transport::Shm,
                     Mode::Put,
                     Completion::Poll,
                     size,
                     least,
+                    secs,
                 )?;
                 Ok(Moved::from(&r))
             },
@@ -335,7 +399,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             .regimes(POLL, "-"),
         );
     }
+    Ok(rows)
+}
 
+/// Tcp bandwidth beside iperf3, and over tcp beside ucx_perftest.
+fn tcp_bw_rows(s: &mut Session, a: &Options, has_ucx: bool) -> anyhow::Result<Vec<Row>> {
+    let (n, secs) = (a.iterations, a.seconds);
+    let mut rows = Vec::new();
     eprintln!("tcp bandwidth ...");
     // iperf3 blocks in the kernel and writes `-l` bytes at a time: ours
     // waits too, with messages of the same size. iperf3 writes 1 MiB at
@@ -357,12 +427,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         let (ours, theirs, pairs) = alternated_bw(
             || {
                 let r = bw(
-                    &mut s,
+                    s,
                     Transport::Tcp,
                     Mode::Reliable,
                     Completion::Wait,
                     size,
                     0,
+                    secs,
                 )?;
                 ours_cpu.extend(per_gb(r.cpu_target, r.mb_per_s));
                 Ok(Moved::from(&r))
@@ -411,12 +482,13 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
     if has_ucx {
         let least = least_messages(4_000.0, secs, 1_000_000);
         let r = bw(
-            &mut s,
+            s,
             Transport::Tcp,
             Mode::Reliable,
             Completion::Poll,
             1_000_000,
             least,
+            secs,
         )?;
         let (ours, iters) = (r.mb_per_s, r.sent);
         // Its own window: ours keeps as many messages in flight as the
@@ -436,7 +508,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             )
             .regimes(POLL, BUSY_PROGRESS),
         );
-        let ours = lat_in(&mut s, Transport::Tcp, Mode::Reliable, Completion::Poll, 8)?;
+        let ours = lat_n(s, Transport::Tcp, Mode::Reliable, Completion::Poll, 8, n)?;
         let theirs = opt(ucx_perftest::latency("tcp", 8, n));
         rows.push(
             row(
@@ -452,168 +524,31 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
             .note(UCX_WINDOW),
         );
     }
+    Ok(rows)
+}
 
-    eprintln!("tcp and udp latency ...");
-    // Polling beside sockperf busy-polling, waiting beside sockperf
-    // blocking; both sides' median and p99. Each transport on a session of
-    // its own: sockperf's processes hold the one socket they measure, and
-    // so do our endpoints here, not the connections of the rows before
-    // (a polling endpoint looks at each of them, a system call now and
-    // then over tcp).
-    for (t, m, udp) in [
-        (Transport::Tcp, Mode::Reliable, false),
-        (Transport::Udp, Mode::Datagram, true),
-    ] {
-        let mut s = Session::open(exe, None)?;
-        // Each run of ours lasts as long as the stretch a sockperf run
-        // counts: of a run of its iterations before them (not counted),
-        // as many as that takes.
-        let span = sockperf::counted(secs * 2.0);
-        let matched = |s: &mut Session, c| -> anyhow::Result<u64> {
-            Ok(iterations_for(span, lat_n(s, t, m, c, 64, n)?.median, n))
-        };
-        for (c, regime, ours_regime, peer_regime) in [
-            (
-                Completion::Poll,
-                sockperf::Regime::BusyPoll,
-                POLL,
-                "busy poll",
-            ),
-            (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
-        ] {
-            let iters = matched(&mut s, c)?;
-            let (ours, theirs, pairs, placed) = alternated_steady(
-                ALTERNATIONS,
-                || lat_n(&mut s, t, m, c, 64, iters),
-                has_sockperf.then_some(|| sockperf_lat(udp, secs, regime, None)),
-                placement::probe,
-            )?;
-            let proto = if udp { "udp" } else { "--tcp" };
-            rows.push(
-                row(
-                    &format!("{t} 64 B ping-pong, half rt, median of {ALTERNATIONS}"),
-                    "us",
-                    Some(ours.median),
-                    &format!("sockperf pp {proto} {}", regime.flags()),
-                    theirs.map(|l| l.median),
-                    Goal::AtMost(1.0),
-                )
-                .regimes(ours_regime, peer_regime)
-                .p99(ours.p99, theirs.and_then(|l| l.p99))
-                .pairs(pairs)
-                .placement(placed),
-            );
-            // Beside the polling row, the floor under it: the same
-            // ping-pong with nothing but its system calls, beside
-            // sockperf busy polling, in the same minute.
-            if c == Completion::Poll {
-                rows.push(floor_row(t, udp, secs, iters, has_sockperf));
-            }
-        }
-        // What the threads a node keeps asleep beside the polling one
-        // cost: sockperf busy-polling with one such thread in each of its
-        // processes, beside sockperf as it comes, in the same minute.
-        if has_sockperf {
-            rows.push(resident_row(t, udp, secs));
-        }
-        // What sleeping in `poll` (or `epoll_wait`) costs over a blocking
-        // `recv`, in the same minute: the floor under the waiting row's
-        // ratio.
-        let bare = |how, name: &str, regimes: (&'static str, &'static str)| {
-            let once = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
-            let (slept, blocked, pairs) = alternated(
-                ALTERNATIONS,
-                || once(how),
-                Some(|| opt(once(sleeps::Sleep::Recv))),
-            )?;
-            anyhow::Ok(
-                row(
-                    &format!("{t} 64 B ping-pong, {name}"),
-                    "us",
-                    Some(slept.median),
-                    "bare blocking recv (as sockperf's)",
-                    blocked.map(|l| l.median),
-                    Goal::Info,
-                )
-                .regimes(regimes.0, regimes.1)
-                .p99(slept.p99, blocked.and_then(|l| l.p99))
-                .pairs(pairs)
-                .note(SLEEP_FLOOR),
-            )
-        };
-        // Beside the waiting row, the bare sleep of the way a waiting
-        // endpoint sleeps over this transport where it does not sleep in
-        // the socket's recv (see `fabric`'s `sleep` and `recv_sleep`).
-        rows.push(if udp {
-            bare(sleeps::Sleep::Poll, "bare poll + recv", (WAIT, BLOCKING))?
-        } else {
-            bare(sleeps::Sleep::Epoll, "bare epoll + recv", (WAIT, BLOCKING))?
-        });
-        // The same waiting ping-pongs with both sides on one processor: no
-        // wake-up crosses processors (on a virtual machine, an idle one's
-        // wake-up is most of the rows above), so what is left is what a
-        // message costs in system calls, switches and work.
-        let pin = OneProcessor::pin()?;
-        let mut one = Session::open(exe, None)?;
-        let iters = matched(&mut one, Completion::Wait)?;
-        let (ours, theirs, pairs) = alternated(
-            ALTERNATIONS,
-            || lat_n(&mut one, t, m, Completion::Wait, 64, iters),
-            has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::Blocking, None)),
-        )?;
-        let proto = if udp { "udp" } else { "--tcp" };
-        rows.push(
-            row(
-                &format!("{t} 64 B ping-pong, half rt, one processor"),
-                "us",
-                Some(ours.median),
-                &format!("sockperf pp {proto} {}", sockperf::Regime::Blocking.flags()),
-                theirs.map(|l| l.median),
-                Goal::Info,
-            )
-            .regimes(WAIT_ONE, BLOCKING_ONE)
-            .p99(ours.p99, theirs.and_then(|l| l.p99))
-            .pairs(pairs)
-            .note(ONE_PROCESSOR),
-        );
-        for (how, name) in [
-            (sleeps::Sleep::Poll, "bare poll, one processor"),
-            (sleeps::Sleep::Epoll, "bare epoll, one processor"),
-        ] {
-            rows.push(bare(how, name, (WAIT_ONE, BLOCKING_ONE))?);
-        }
-        drop(one);
-        drop(pin);
-    }
-
-    if has_ucx {
-        for (name, tls) in [("sm", "sm,self"), ("tcp", "tcp")] {
-            ucx_rows(exe, a, name, tls, &mut rows)?;
-        }
-    }
-
+/// Large reliable messages to a waiting reader, beside UCX's sleeping
+/// mode.
+fn waiting_rows(s: &mut Session, a: &Options, has_ucx: bool) -> anyhow::Result<Vec<Row>> {
+    let secs = a.seconds;
+    let mut rows = Vec::new();
     // A waiting reader of large messages takes them by rendezvous: beside
     // UCX's event-driven mode, whose shared-memory rendezvous is the same
     // one cross-memory copy, on the same pages as ours: at 1 MB base
     // pages (with the floor of one wake-up a message), at 4 MB huge pages
     // (the least at which UCX takes them).
     eprintln!("shm reliable 1 MB, waiting ...");
-    rows.extend(sleeping::rows(
-        &mut s,
-        has_ucx,
-        secs,
-        1_000_000,
-        Pages::Base,
-    )?);
+    rows.extend(sleeping::rows(s, has_ucx, secs, 1_000_000, Pages::Base)?);
     eprintln!("shm reliable 4 MB on huge pages, waiting ...");
-    rows.extend(sleeping::rows(
-        &mut s,
-        has_ucx,
-        secs,
-        4_000_000,
-        Pages::Huge,
-    )?);
+    rows.extend(sleeping::rows(s, has_ucx, secs, 4_000_000, Pages::Huge)?);
+    Ok(rows)
+}
 
+/// The waiting target's and initiator's CPU at 1 MB, beside the papers'
+/// event-driven column.
+fn cpu_rows(s: &mut Session, a: &Options) -> anyhow::Result<Vec<Row>> {
+    let secs = a.seconds;
+    let mut rows = Vec::new();
     eprintln!("wait-mode CPU ...");
     for (t, m) in [
         (Transport::Shm, Mode::Put),
@@ -621,7 +556,7 @@ pub fn run(exe: &Path, a: &Options) -> anyhow::Result<Vec<Row>> {
         (Transport::Tcp, Mode::Put),
         (Transport::Tcp, Mode::Reliable),
     ] {
-        let r = bw(&mut s, t, m, Completion::Wait, 1_000_000, 0)?;
+        let r = bw(s, t, m, Completion::Wait, 1_000_000, 0, secs)?;
         // A limit, not a peer's run. A put's target does nothing by
         // design (the initiator copies): the initiator's row says what
         // the bytes cost.
@@ -669,8 +604,9 @@ fn ucx_rows(
     };
     let mut s = Session::open_with(exe, None, Some(&opts))?;
     let n = a.iterations;
+    let times = groups::pairs(a.pairs, BRIEF_ALTERNATIONS);
     let (ours, theirs, pairs, placed) = alternated_steady(
-        BRIEF_ALTERNATIONS,
+        times,
         || {
             let u = s
                 .client()
@@ -693,7 +629,7 @@ fn ucx_rows(
     )?;
     rows.push(
         row(
-            &format!("ucx ({name}) 8 B ping-pong, half rt, median of {BRIEF_ALTERNATIONS}"),
+            &format!("ucx ({name}) 8 B ping-pong, half rt, median of {times}"),
             "us",
             Some(ours.median),
             &format!("ucx_perftest tag_lat ({tls})"),

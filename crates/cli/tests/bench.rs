@@ -672,3 +672,84 @@ fn bench_files_stopped_by_a_signal_removes_its_directory() {
         "{said}"
     );
 }
+
+/// `bench compare --only` makes the groups named and no other, and
+/// `--pairs` sets the pairs behind each alternated latency row (UCX is
+/// installed wherever the tests run, `.ci/run`).
+#[test]
+fn compare_makes_only_the_groups_asked_for_with_the_pairs_asked_for() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("compare.json");
+    let compare = |only: &str| {
+        let table = run(&[
+            "bench",
+            "compare",
+            "--only",
+            only,
+            "--seconds",
+            "0.2",
+            "--iterations",
+            "2000",
+            "--pairs",
+            "3",
+            "--json",
+            j.to_str().unwrap(),
+        ]);
+        (table, json(&j))
+    };
+    let (table, rows) = compare("cpu");
+    let figures: Vec<&str> = rows.iter().map(|r| r["figure"].as_str().unwrap()).collect();
+    assert_eq!(
+        figures,
+        [
+            "shm put 1 MB, target CPU",
+            "shm put 1 MB, initiator CPU",
+            "shm reliable 1 MB, target CPU",
+            "shm reliable 1 MB, initiator CPU",
+            "tcp put 1 MB, target CPU",
+            "tcp put 1 MB, initiator CPU",
+            "tcp reliable 1 MB, target CPU",
+            "tcp reliable 1 MB, initiator CPU",
+        ]
+    );
+    for r in &rows {
+        assert!(num(r, "ours") >= 0.0, "{r}");
+        assert_eq!(r["ours_regime"], "wait", "{r}");
+    }
+    assert!(!table.contains("ping-pong"), "{table}");
+
+    let (table, rows) = compare("shm");
+    assert!(
+        rows.iter()
+            .all(|r| r["figure"].as_str().unwrap().starts_with("shm ")),
+        "{rows:?}"
+    );
+    let lat = &rows[0];
+    assert_eq!(lat["figure"], "shm 8 B ping-pong, half rt, median of 3");
+    assert!(num(lat, "ours") > 0.0 && num(lat, "theirs") > 0.0, "{lat}");
+    // Three pairs asked for; up to three times as many run looking for
+    // pairs of one placement.
+    let placed = &lat["placement"];
+    let (run, steady) = (
+        placed["run"].as_u64().unwrap(),
+        placed["steady"].as_u64().unwrap(),
+    );
+    assert!((3..=9).contains(&run) && steady <= run, "{lat}");
+    // The figures are of the pairs in one placement where there are
+    // enough of them, else of every pair.
+    let counted = if placed["of_steady"].as_bool().unwrap() {
+        steady
+    } else {
+        run
+    };
+    assert_eq!(
+        lat["host"]["pairs"].as_array().unwrap().len() as u64,
+        counted,
+        "{lat}"
+    );
+    assert!(
+        table.contains("placement: shm 8 B ping-pong, half rt, median of 3"),
+        "{table}"
+    );
+    assert!(!table.contains("target CPU"), "{table}");
+}

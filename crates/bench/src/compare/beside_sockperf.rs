@@ -4,7 +4,7 @@
 
 use macrolink_fabric::Transport;
 
-use super::alternate::{Lat, Pairs, ALTERNATIONS};
+use super::alternate::{Lat, Pairs};
 use super::placement::{self, alternated_steady, Placement};
 use super::{opt, row, Goal, Row};
 use crate::floor;
@@ -24,14 +24,14 @@ pub(super) fn sockperf_lat(
 }
 
 /// sockperf busy-polling over `t` (udp or tcp) with a thread asleep in
-/// each of its processes, beside sockperf as it comes, alternated. A run
-/// that gives no figure leaves the row without one (`n.a.`), not the
-/// whole comparison.
-pub(super) fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
+/// each of its processes, beside sockperf as it comes, `times` pairs
+/// alternated. A run that gives no figure leaves the row without one
+/// (`n.a.`), not the whole comparison.
+pub(super) fn resident_row(t: Transport, udp: bool, secs: f64, times: usize) -> Row {
     let figures = Resident::new().and_then(|resident| {
         let run = |r| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, r);
         alternated_steady(
-            ALTERNATIONS,
+            times,
             || run(Some(&resident)).ok_or_else(|| anyhow::anyhow!("sockperf gave no figure")),
             Some(|| run(None)),
             placement::probe,
@@ -49,11 +49,18 @@ pub(super) fn resident_row(t: Transport, udp: bool, secs: f64) -> Row {
 
 /// The row of the bare busy-polling ping-pong ([`floor`]) beside sockperf
 /// busy polling, `iters` round trips a run (our polling row's, as long as
-/// a sockperf run). A failed bare run leaves the row without figures
-/// (`n.a.`), not the whole comparison.
-pub(super) fn floor_row(t: Transport, udp: bool, secs: f64, iters: u64, has_sockperf: bool) -> Row {
+/// a sockperf run), `times` pairs alternated. A failed bare run leaves
+/// the row without figures (`n.a.`), not the whole comparison.
+pub(super) fn floor_row(
+    t: Transport,
+    udp: bool,
+    secs: f64,
+    iters: u64,
+    has_sockperf: bool,
+    times: usize,
+) -> Row {
     let figures = alternated_steady(
-        ALTERNATIONS,
+        times,
         || floor::ping_pong(udp, 64, iters).map(Lat::from),
         has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
         placement::probe,

@@ -1,0 +1,154 @@
+//! The ping-pong rows of 64 B over tcp or udp beside sockperf: polling
+//! beside busy polling, waiting beside blocking, each with the floor under
+//! it, and the waiting ones again on one processor.
+
+use macrolink_fabric::{Completion, Mode, Transport};
+use std::path::Path;
+
+use super::alternate::{alternated, Lat, ALTERNATIONS};
+use super::beside_sockperf::{floor_row, resident_row, sockperf_lat};
+use super::placement::{self, alternated_steady};
+use super::{
+    groups, iterations_for, lat_n, opt, row, Goal, Options, Row, BLOCKING, BLOCKING_ONE,
+    ONE_PROCESSOR, POLL, SLEEP_FLOOR, WAIT, WAIT_ONE,
+};
+use crate::peers::sockperf;
+use crate::pin::OneProcessor;
+use crate::session::Session;
+use crate::sleeps;
+
+/// The rows of `t` (udp where `udp`, with messages of mode `m`), on a
+/// session of their own: sockperf's processes hold the one socket they
+/// measure, and so do our endpoints here, not the connections of the rows
+/// before (a polling endpoint looks at each of them, a system call now
+/// and then over tcp).
+pub(super) fn rows(
+    exe: &Path,
+    a: &Options,
+    t: Transport,
+    m: Mode,
+    udp: bool,
+    has_sockperf: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let (n, secs) = (a.iterations, a.seconds);
+    let times = groups::pairs(a.pairs, ALTERNATIONS);
+    let mut rows = Vec::new();
+    let mut s = Session::open(exe, None)?;
+    // Each run of ours lasts as long as the stretch a sockperf run
+    // counts: of a run of its iterations before them (not counted),
+    // as many as that takes.
+    let span = sockperf::counted(secs * 2.0);
+    let matched = |s: &mut Session, c| -> anyhow::Result<u64> {
+        Ok(iterations_for(span, lat_n(s, t, m, c, 64, n)?.median, n))
+    };
+    for (c, regime, ours_regime, peer_regime) in [
+        (
+            Completion::Poll,
+            sockperf::Regime::BusyPoll,
+            POLL,
+            "busy poll",
+        ),
+        (Completion::Wait, sockperf::Regime::Blocking, WAIT, BLOCKING),
+    ] {
+        let iters = matched(&mut s, c)?;
+        let (ours, theirs, pairs, placed) = alternated_steady(
+            times,
+            || lat_n(&mut s, t, m, c, 64, iters),
+            has_sockperf.then_some(|| sockperf_lat(udp, secs, regime, None)),
+            placement::probe,
+        )?;
+        let proto = if udp { "udp" } else { "--tcp" };
+        rows.push(
+            row(
+                &format!("{t} 64 B ping-pong, half rt, median of {times}"),
+                "us",
+                Some(ours.median),
+                &format!("sockperf pp {proto} {}", regime.flags()),
+                theirs.map(|l| l.median),
+                Goal::AtMost(1.0),
+            )
+            .regimes(ours_regime, peer_regime)
+            .p99(ours.p99, theirs.and_then(|l| l.p99))
+            .pairs(pairs)
+            .placement(placed),
+        );
+        // Beside the polling row, the floor under it: the same
+        // ping-pong with nothing but its system calls, beside
+        // sockperf busy polling, in the same minute.
+        if c == Completion::Poll {
+            rows.push(floor_row(t, udp, secs, iters, has_sockperf, times));
+        }
+    }
+    // What the threads a node keeps asleep beside the polling one
+    // cost: sockperf busy-polling with one such thread in each of its
+    // processes, beside sockperf as it comes, in the same minute.
+    if has_sockperf {
+        rows.push(resident_row(t, udp, secs, times));
+    }
+    // What sleeping in `poll` (or `epoll_wait`) costs over a blocking
+    // `recv`, in the same minute: the floor under the waiting row's
+    // ratio.
+    let bare = |how, name: &str, regimes: (&'static str, &'static str)| {
+        let once = |how| sleeps::ping_pong(udp, 64, n, how).map(Lat::from);
+        let (slept, blocked, pairs) =
+            alternated(times, || once(how), Some(|| opt(once(sleeps::Sleep::Recv))))?;
+        anyhow::Ok(
+            row(
+                &format!("{t} 64 B ping-pong, {name}"),
+                "us",
+                Some(slept.median),
+                "bare blocking recv (as sockperf's)",
+                blocked.map(|l| l.median),
+                Goal::Info,
+            )
+            .regimes(regimes.0, regimes.1)
+            .p99(slept.p99, blocked.and_then(|l| l.p99))
+            .pairs(pairs)
+            .note(SLEEP_FLOOR),
+        )
+    };
+    // Beside the waiting row, the bare sleep of the way a waiting
+    // endpoint sleeps over this transport where it does not sleep in
+    // the socket's recv (see `fabric`'s `sleep` and `recv_sleep`).
+    rows.push(if udp {
+        bare(sleeps::Sleep::Poll, "bare poll + recv", (WAIT, BLOCKING))?
+    } else {
+        bare(sleeps::Sleep::Epoll, "bare epoll + recv", (WAIT, BLOCKING))?
+    });
+    // The same waiting ping-pongs with both sides on one processor: no
+    // wake-up crosses processors (on a virtual machine, an idle one's
+    // wake-up is most of the rows above), so what is left is what a
+    // message costs in system calls, switches and work.
+    let pin = OneProcessor::pin()?;
+    let mut one = Session::open(exe, None)?;
+    let iters = matched(&mut one, Completion::Wait)?;
+    let (ours, theirs, pairs) = alternated(
+        times,
+        || lat_n(&mut one, t, m, Completion::Wait, 64, iters),
+        has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::Blocking, None)),
+    )?;
+    let proto = if udp { "udp" } else { "--tcp" };
+    rows.push(
+        row(
+            &format!("{t} 64 B ping-pong, half rt, one processor"),
+            "us",
+            Some(ours.median),
+            &format!("sockperf pp {proto} {}", sockperf::Regime::Blocking.flags()),
+            theirs.map(|l| l.median),
+            Goal::Info,
+        )
+        .regimes(WAIT_ONE, BLOCKING_ONE)
+        .p99(ours.p99, theirs.and_then(|l| l.p99))
+        .pairs(pairs)
+        .note(ONE_PROCESSOR),
+    );
+    for (how, name) in [
+        (sleeps::Sleep::Poll, "bare poll, one processor"),
+        (sleeps::Sleep::Epoll, "bare epoll, one processor"),
+    ] {
+        rows.push(bare(how, name, (WAIT_ONE, BLOCKING_ONE))?);
+    }
+    drop(one);
+    drop(pin);
+    Ok(rows)
+}
