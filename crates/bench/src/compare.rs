@@ -26,7 +26,7 @@ use placement::alternated_steady;
 pub use placement::Placement;
 
 pub use chart::png;
-pub use groups::{Group, Groups, LEAST_PAIRS, MOST_PAIRS};
+pub use groups::{Group, Groups, FEWEST_PAIRS_ASKED, MOST_PAIRS_ASKED};
 pub use table::table;
 
 /// What to run.

@@ -109,15 +109,15 @@ impl Groups {
 
 /// Fewest pairs a latency row may run: with fewer, the median of each
 /// side is one run.
-pub const LEAST_PAIRS: usize = 3;
+pub const FEWEST_PAIRS_ASKED: usize = 3;
 /// Most pairs a latency row may run (it may run up to three times as
 /// many looking for pairs of one placement).
-pub const MOST_PAIRS: usize = 99;
+pub const MOST_PAIRS_ASKED: usize = 99;
 
-/// The pairs a row runs: `asked` (within [`LEAST_PAIRS`] and
-/// [`MOST_PAIRS`]) where given, else the row's own number.
+/// The pairs a row runs: `asked` (within [`FEWEST_PAIRS_ASKED`] and
+/// [`MOST_PAIRS_ASKED`]) where given, else the row's own number.
 pub fn pairs(asked: Option<usize>, own: usize) -> usize {
-    asked.map_or(own, |n| n.clamp(LEAST_PAIRS, MOST_PAIRS))
+    asked.map_or(own, |n| n.clamp(FEWEST_PAIRS_ASKED, MOST_PAIRS_ASKED))
 }
 
 #[cfg(test)]
@@ -155,8 +155,8 @@ mod tests {
     fn pairs_asked_are_kept_within_bounds_and_none_asked_leaves_the_rows_own() {
         assert_eq!(pairs(None, 5), 5);
         assert_eq!(pairs(Some(21), 5), 21);
-        assert_eq!(pairs(Some(1), 9), LEAST_PAIRS);
-        assert_eq!(pairs(Some(0), 9), LEAST_PAIRS);
-        assert_eq!(pairs(Some(10_000), 5), MOST_PAIRS);
+        assert_eq!(pairs(Some(1), 9), FEWEST_PAIRS_ASKED);
+        assert_eq!(pairs(Some(0), 9), FEWEST_PAIRS_ASKED);
+        assert_eq!(pairs(Some(10_000), 5), MOST_PAIRS_ASKED);
     }
 }

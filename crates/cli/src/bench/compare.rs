@@ -2,7 +2,9 @@
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args as ClapArgs;
-use macrolink_bench::compare::{self, Group, Groups, Options, LEAST_PAIRS, MOST_PAIRS};
+use macrolink_bench::compare::{
+    self, Group, Groups, Options, FEWEST_PAIRS_ASKED, MOST_PAIRS_ASKED,
+};
 use std::path::PathBuf;
 
 #[derive(Debug, ClapArgs)]
@@ -34,7 +36,7 @@ pub struct Args {
     /// Pairs of runs (ours, then the peer's) behind each alternated latency
     /// row, from 3 to 99 (each row's own number where not given: 5 beside
     /// sockperf, 9 over shared memory and UCX).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(LEAST_PAIRS as u64..=MOST_PAIRS as u64))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(FEWEST_PAIRS_ASKED as u64..=MOST_PAIRS_ASKED as u64))]
     pairs: Option<u64>,
 }
 
