@@ -11,7 +11,9 @@
 //! Each side does what sockperf's do with `--nonblocked`: a receive that
 //! does not block, again until a message has come, then a send; over udp
 //! on sockets not connected (`sendto`, `recvfrom` with the sender's
-//! address), as sockperf's and our endpoints' are. And each side runs as
+//! address), as sockperf's are, or sending from a second socket of each
+//! side's, connected to the other's, as our endpoints do to a peer that
+//! answered ([`Sockets::UdpSendingConnected`]). And each side runs as
 //! a process of one thread does: on a table of descriptors of its own (a
 //! table shared between threads costs every system call on a descriptor a
 //! reference taken and dropped) and with system calls of its own, not
@@ -40,20 +42,67 @@ const WARM_UP: u64 = 500;
 /// Spins between reads of the clock for [`PATIENCE`].
 const CLOCK_EVERY: u32 = 1024;
 
-/// One side's socket: udp with its peer's address, or a tcp stream.
+/// What the two sides of a ping-pong send and receive on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sockets {
+    /// A tcp connection.
+    Tcp,
+    /// A udp socket each, not connected: `sendto` and `recvfrom`.
+    Udp,
+    /// A udp socket each to receive on, not connected, and another to
+    /// send from, connected to the other side's first (`send`): the kernel
+    /// keeps the route of a connected socket rather than look it up on
+    /// every send.
+    UdpSendingConnected,
+}
+
+/// One side's socket: udp (see [`Udp`]), or a tcp stream.
 enum End {
-    Udp(UdpSocket, SocketAddr),
+    Udp(Udp),
     Tcp(TcpStream),
 }
 
+/// One side's udp socket, where it sends, where the other side's
+/// datagrams come from, and the socket it sends from where that is
+/// another, connected.
+struct Udp {
+    sock: UdpSocket,
+    to: SocketAddr,
+    from: SocketAddr,
+    sender: Option<UdpSocket>,
+}
+
 impl End {
-    /// Two ends over loopback, not blocking; udp ones not connected.
-    fn pair(udp: bool) -> anyhow::Result<(End, End)> {
-        let (a, b) = if udp {
+    /// Two ends over loopback, not blocking.
+    fn pair(sockets: Sockets) -> anyhow::Result<(End, End)> {
+        let (a, b) = if sockets != Sockets::Tcp {
             let a = UdpSocket::bind("127.0.0.1:0")?;
             let b = UdpSocket::bind("127.0.0.1:0")?;
             let (to_b, to_a) = (b.local_addr()?, a.local_addr()?);
-            (End::Udp(a, to_b), End::Udp(b, to_a))
+            let sender = |to| -> anyhow::Result<Option<UdpSocket>> {
+                if sockets != Sockets::UdpSendingConnected {
+                    return Ok(None);
+                }
+                let s = UdpSocket::bind("127.0.0.1:0")?;
+                s.connect(to)?;
+                s.set_nonblocking(true)?;
+                Ok(Some(s))
+            };
+            let (a_sends, b_sends) = (sender(to_b)?, sender(to_a)?);
+            let from = |sends: &Option<UdpSocket>, at| match sends {
+                Some(s) => s.local_addr(),
+                None => Ok(at),
+            };
+            let (from_a, from_b) = (from(&a_sends, to_a)?, from(&b_sends, to_b)?);
+            let end = |sock, to, from, sender| {
+                End::Udp(Udp {
+                    sock,
+                    to,
+                    from,
+                    sender,
+                })
+            };
+            (end(a, to_b, from_b, a_sends), end(b, to_a, from_a, b_sends))
         } else {
             let l = TcpListener::bind("127.0.0.1:0")?;
             let a = TcpStream::connect(l.local_addr()?)?;
@@ -64,7 +113,7 @@ impl End {
         };
         for e in [&a, &b] {
             match e {
-                End::Udp(s, _) => s.set_nonblocking(true)?,
+                End::Udp(u) => u.sock.set_nonblocking(true)?,
                 End::Tcp(s) => s.set_nonblocking(true)?,
             }
         }
@@ -81,9 +130,9 @@ impl End {
         while got < buf.len() {
             let r = match self {
                 // A datagram from anyone but the peer is passed over.
-                End::Udp(s, peer) => match net::recvfrom(s, &mut buf[..], RecvFlags::DONTWAIT) {
+                End::Udp(u) => match net::recvfrom(&u.sock, &mut buf[..], RecvFlags::DONTWAIT) {
                     Ok((n, _, from)) => {
-                        if from.and_then(|f| SocketAddr::try_from(f).ok()) == Some(*peer) {
+                        if from.and_then(|f| SocketAddr::try_from(f).ok()) == Some(u.from) {
                             Ok(n)
                         } else {
                             // As if nothing came: a flood of them is
@@ -122,7 +171,10 @@ impl End {
         let until = Instant::now() + PATIENCE;
         while sent < buf.len() {
             let r = match self {
-                End::Udp(s, to) => net::sendto(s, buf, SendFlags::DONTWAIT, to),
+                End::Udp(u) => match &u.sender {
+                    Some(s) => net::send(s, buf, SendFlags::DONTWAIT),
+                    None => net::sendto(&u.sock, buf, SendFlags::DONTWAIT, &u.to),
+                },
                 End::Tcp(s) => {
                     net::send(s, &buf[sent..], SendFlags::DONTWAIT | SendFlags::NOSIGNAL)
                 }
@@ -158,14 +210,15 @@ fn own_table() -> anyhow::Result<()> {
 /// `iters` timed round trips of `size`-byte messages over loopback TCP (or
 /// UDP), both sides busy polling as sockperf's do with `--nonblocked`;
 /// their half round trips' median and 99th percentile, µs.
-pub fn ping_pong(udp: bool, size: usize, iters: u64) -> anyhow::Result<Latency> {
+pub fn ping_pong(sockets: Sockets, size: usize, iters: u64) -> anyhow::Result<Latency> {
+    let udp = sockets != Sockets::Tcp;
     if size == 0 || iters == 0 {
         bail!("a ping-pong needs a message of some bytes and an iteration");
     }
     if udp && size > 65_000 {
         bail!("a datagram of {size} bytes does not fit");
     }
-    let (me, echo) = End::pair(udp)?;
+    let (me, echo) = End::pair(sockets)?;
     let total = WARM_UP + iters;
     let mut half = std::thread::scope(|s| -> anyhow::Result<Vec<f64>> {
         let echo = &echo;
@@ -210,29 +263,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_protocols_time_every_round_trip() {
-        for udp in [false, true] {
-            let l = ping_pong(udp, 64, 300).unwrap();
-            assert!(l.median > 0.0 && l.median.is_finite(), "{udp}: {l:?}");
-            assert!(l.p99 >= l.median && l.p99.is_finite(), "{udp}: {l:?}");
+    fn every_kind_of_sockets_times_every_round_trip() {
+        for s in [Sockets::Tcp, Sockets::Udp, Sockets::UdpSendingConnected] {
+            let l = ping_pong(s, 64, 300).unwrap();
+            assert!(l.median > 0.0 && l.median.is_finite(), "{s:?}: {l:?}");
+            assert!(l.p99 >= l.median && l.p99.is_finite(), "{s:?}: {l:?}");
         }
+    }
+
+    #[test]
+    fn sending_connected_sends_from_the_second_socket_and_its_peer_takes_only_that() {
+        let (me, echo) = End::pair(Sockets::UdpSendingConnected).unwrap();
+        let (End::Udp(m), End::Udp(e)) = (&me, &echo) else {
+            unreachable!("a udp pair")
+        };
+        let sender = m.sender.as_ref().expect("a connected socket to send from");
+        assert_eq!(sender.peer_addr().unwrap(), e.sock.local_addr().unwrap());
+        assert_eq!(e.from, sender.local_addr().unwrap());
+        assert_ne!(e.from, m.sock.local_addr().unwrap());
+        // From the side's own socket, not the one it sends from: passed over.
+        m.sock
+            .send_to(&[5u8; 64], e.sock.local_addr().unwrap())
+            .unwrap();
+        me.send(&[3u8; 64]).unwrap();
+        let mut buf = [0u8; 64];
+        echo.take(&mut buf).unwrap();
+        assert_eq!(buf, [3u8; 64]);
     }
 
     #[test]
     fn a_stream_message_larger_than_one_read_is_taken_whole() {
         // 1 MB over tcp: many reads a message, many sends a reply.
-        let l = ping_pong(false, 1 << 20, 20).unwrap();
+        let l = ping_pong(Sockets::Tcp, 1 << 20, 20).unwrap();
         assert!(l.median > 0.0 && l.median.is_finite(), "{l:?}");
     }
 
     #[test]
     fn a_stranger_s_datagrams_are_passed_over_and_a_short_one_of_the_peer_refused() {
-        let (me, echo) = End::pair(true).unwrap();
+        let (me, echo) = End::pair(Sockets::Udp).unwrap();
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let End::Udp(s, _) = &echo else {
+        let End::Udp(e) = &echo else {
             unreachable!("a udp pair")
         };
-        let to = s.local_addr().unwrap();
+        let to = e.sock.local_addr().unwrap();
         // Of the message's length and not: neither is taken for the echo.
         stranger.send_to(&[7u8; 64], to).unwrap();
         stranger.send_to(&[7u8; 10], to).unwrap();
@@ -241,10 +314,10 @@ mod tests {
         echo.take(&mut buf).unwrap();
         assert_eq!(buf, [3u8; 64]);
         // The peer's datagram of another length ends the run.
-        let End::Udp(m, _) = &me else {
+        let End::Udp(m) = &me else {
             unreachable!("a udp pair")
         };
-        m.send_to(&[3u8; 10], to).unwrap();
+        m.sock.send_to(&[3u8; 10], to).unwrap();
         let e = echo.take(&mut buf).unwrap_err();
         assert!(
             e.to_string().contains("a datagram of 10 bytes, not 64"),
@@ -254,14 +327,14 @@ mod tests {
 
     #[test]
     fn nothing_to_send_and_a_datagram_too_large_are_refused() {
-        assert!(ping_pong(false, 0, 10).is_err());
-        assert!(ping_pong(true, 64, 0).is_err());
-        assert!(ping_pong(true, 70_000, 10).is_err());
+        assert!(ping_pong(Sockets::Tcp, 0, 10).is_err());
+        assert!(ping_pong(Sockets::Udp, 64, 0).is_err());
+        assert!(ping_pong(Sockets::UdpSendingConnected, 70_000, 10).is_err());
     }
 
     #[test]
     fn a_silent_peer_is_given_up_within_patience() {
-        let (_me, echo) = End::pair(true).unwrap();
+        let (_me, echo) = End::pair(Sockets::Udp).unwrap();
         let t0 = Instant::now();
         let e = echo.take(&mut [0u8; 64]).unwrap_err();
         assert!(e.to_string().contains("no message"), "{e:#}");

@@ -47,32 +47,35 @@ pub(super) fn resident_row(t: Transport, udp: bool, secs: f64, times: usize) -> 
     )
 }
 
-/// The row of the bare busy-polling ping-pong ([`floor`]) beside sockperf
-/// busy polling, `iters` round trips a run (our polling row's, as long as
-/// a sockperf run), `times` pairs alternated. A failed bare run leaves
-/// the row without figures (`n.a.`), not the whole comparison.
+/// The row of the bare busy-polling ping-pong ([`floor`]) on `sockets`
+/// beside sockperf busy polling, `iters` round trips a run (our polling
+/// row's, as long as a sockperf run), `times` pairs alternated. A failed
+/// bare run leaves the row without figures (`n.a.`), not the whole
+/// comparison.
 pub(super) fn floor_row(
     t: Transport,
-    udp: bool,
+    sockets: floor::Sockets,
     secs: f64,
     iters: u64,
     has_sockperf: bool,
     times: usize,
 ) -> Row {
+    let udp = sockets != floor::Sockets::Tcp;
     let figures = alternated_steady(
         times,
-        || floor::ping_pong(udp, 64, iters).map(Lat::from),
+        || floor::ping_pong(sockets, 64, iters).map(Lat::from),
         has_sockperf.then_some(|| sockperf_lat(udp, secs, sockperf::Regime::BusyPoll, None)),
         placement::probe,
     );
-    info_beside_sockperf(
-        t,
-        udp,
-        "bare busy poll",
-        figures,
-        ("bare busy poll", "busy poll"),
-        BUSY_FLOOR,
-    )
+    let (what, regime, note) = match sockets {
+        floor::Sockets::UdpSendingConnected => (
+            "bare busy poll, sending connected",
+            "bare busy poll, connected",
+            CONNECTED_FLOOR,
+        ),
+        _ => ("bare busy poll", "bare busy poll", BUSY_FLOOR),
+    };
+    info_beside_sockperf(t, udp, what, figures, (regime, "busy poll"), note)
 }
 
 /// An information row of 64 B ping-pongs over `t` beside sockperf busy
@@ -115,13 +118,21 @@ fn info_beside_sockperf(
 const BUSY_FLOOR: &str = "two threads of this process in a ping-pong of 64 B messages over \
 loopback, no transport of ours in it, each spinning on a receive that does not block and then \
 sending, as sockperf's sides do with --nonblocked (over udp on sockets not connected, with \
-sendto and recvfrom, as sockperf's and our endpoints' are), each thread on a table of \
+sendto and recvfrom, as sockperf's are), each thread on a table of \
 descriptors of its own and making its system calls without libc, as a process of one thread \
 does: the system calls' floor under the polling rows, beside sockperf busy polling in the \
 same minute. A ratio of 1.00 is sockperf at that floor; the polling row's ratio above this \
 one is how far ours is above it: our endpoint's read and write of a message (its frame, its \
 checks, the token, the sender's admission) and whatever else ours does between a message's \
 arrival and its answer.";
+
+/// What the bare busy-polling row that sends on connected sockets
+/// measures.
+const CONNECTED_FLOOR: &str = "the bare busy-polling ping-pong of the row above, each side \
+receiving on its socket as there but sending from a second socket connected to the other \
+side's (send, not sendto), as our endpoints send to a peer that answered: the kernel keeps a \
+connected socket's route rather than look it up for every datagram. sockperf has no option \
+to send so. This is the floor under our udp polling row; the row above, sockperf's.";
 
 /// What the rows of sockperf with a thread asleep measure.
 const RESIDENT: &str = "sockperf busy-polling as in the polling row above, with one thread \

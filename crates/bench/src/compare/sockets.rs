@@ -12,6 +12,7 @@ use super::{
     groups, iterations_for, lat_n, opt, row, Goal, Options, Row, BLOCKING, BLOCKING_ONE,
     ONE_PROCESSOR, POLL, SLEEP_FLOOR, WAIT, WAIT_ONE,
 };
+use crate::floor::Sockets;
 use crate::peers::sockperf;
 use crate::pin::OneProcessor;
 use crate::session::Session;
@@ -58,25 +59,31 @@ pub(super) fn rows(
             placement::probe,
         )?;
         let proto = if udp { "udp" } else { "--tcp" };
-        rows.push(
-            row(
-                &format!("{t} 64 B ping-pong, half rt, median of {times}"),
-                "us",
-                Some(ours.median),
-                &format!("sockperf pp {proto} {}", regime.flags()),
-                theirs.map(|l| l.median),
-                Goal::AtMost(1.0),
-            )
-            .regimes(ours_regime, peer_regime)
-            .p99(ours.p99, theirs.and_then(|l| l.p99))
-            .pairs(pairs)
-            .placement(placed),
-        );
+        let r = row(
+            &format!("{t} 64 B ping-pong, half rt, median of {times}"),
+            "us",
+            Some(ours.median),
+            &format!("sockperf pp {proto} {}", regime.flags()),
+            theirs.map(|l| l.median),
+            Goal::AtMost(1.0),
+        )
+        .regimes(ours_regime, peer_regime)
+        .p99(ours.p99, theirs.and_then(|l| l.p99))
+        .pairs(pairs)
+        .placement(placed);
+        rows.push(if udp { r.note(SENDING_CONNECTED) } else { r });
         // Beside the polling row, the floor under it: the same
         // ping-pong with nothing but its system calls, beside
         // sockperf busy polling, in the same minute.
         if c == Completion::Poll {
-            rows.push(floor_row(t, udp, secs, iters, has_sockperf, times));
+            let bare = if udp { Sockets::Udp } else { Sockets::Tcp };
+            rows.push(floor_row(t, bare, secs, iters, has_sockperf, times));
+            // And over udp the floor under ours, which sends to its peer
+            // on a connected socket, as sockperf cannot.
+            if udp {
+                let connected = Sockets::UdpSendingConnected;
+                rows.push(floor_row(t, connected, secs, iters, has_sockperf, times));
+            }
         }
     }
     // What the threads a node keeps asleep beside the polling one
@@ -152,3 +159,13 @@ pub(super) fn rows(
     drop(pin);
     Ok(rows)
 }
+
+/// How our udp rows send, beside sockperf.
+const SENDING_CONNECTED: &str = "our endpoint takes every datagram on its one socket, not \
+connected, as sockperf's sides do, and sends to a peer that answered from a second socket, \
+connected to where that peer takes datagrams (transport::udp's near sockets), where sockperf \
+sends with sendto on its one socket, not connected, and has no option to do otherwise. The \
+kernel keeps a connected socket's route and looks one up for every datagram sendto sends. \
+Sizes, streams, threads and regimes are the same on both sides. The two bare busy-polling \
+rows below the polling row are the floors under each: sockperf's sending as it does, ours \
+sending connected.";

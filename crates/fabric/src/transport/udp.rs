@@ -7,6 +7,11 @@
 //! system call a datagram where a sleep in `poll` and then a `recvfrom`
 //! are two. The datagram the sleep took waits in the receive buffer for
 //! the next look, which takes it first; a send has a buffer of its own.
+//!
+//! A peer that answered is sent to from a socket connected to it (see
+//! [`near`]), whose route the kernel keeps.
+
+mod near;
 
 use macrolink_wire::{FrameKind, Header, WireError, HEADER_LEN};
 use rustix::io::Errno;
@@ -28,6 +33,10 @@ use crate::types::{Addr, Mode, Recv, RecvKind, Transport};
 #[derive(Debug)]
 pub(crate) struct Udp {
     sock: UdpSocket,
+    /// The address `sock` is bound to, which near sockets share.
+    ip: IpAddr,
+    /// Sockets connected to the peers that answered, to send to them.
+    near: near::Near,
     /// Where datagrams are received.
     scratch: Box<[u8]>,
     /// Where a datagram to send is put together (it grows to the largest
@@ -53,6 +62,8 @@ impl Udp {
         sock.set_nonblocking(true)?;
         Ok(Udp {
             sock,
+            ip,
+            near: near::Near::default(),
             scratch: vec![0u8; HEADER_LEN + mtu.max(macrolink_wire::MAX_DATAGRAM as usize)]
                 .into_boxed_slice(),
             out: Vec::new(),
@@ -96,17 +107,28 @@ impl Udp {
         self.out.clear();
         self.out.extend_from_slice(&h.encode());
         self.out.extend_from_slice(data);
+        let near = self.near.get(to);
+        let sock = near.unwrap_or(&self.sock);
+        let mut refused = false;
         for _ in 0..1000 {
-            match net::sendto(&self.sock, &self.out, SendFlags::DONTWAIT, &to) {
+            let sent = match near {
+                Some(s) => net::send(s, &self.out, SendFlags::DONTWAIT),
+                None => net::sendto(&self.sock, &self.out, SendFlags::DONTWAIT, &to),
+            };
+            match sent {
                 Ok(_) => return Ok(()),
                 Err(Errno::AGAIN) => {
                     super::sys::wait_fd(
-                        self.sock.as_raw_fd(),
+                        sock.as_raw_fd(),
                         super::sys::Interest::Write,
                         std::time::Duration::from_millis(10),
                     )?;
                 }
-                // An ICMP error from an earlier datagram: datagrams are unreliable.
+                // An ICMP error of an earlier datagram, which a connected
+                // socket reports on the next send instead of sending it:
+                // sent once more (that took the error). Datagrams being
+                // unreliable, the error itself is not reported.
+                Err(Errno::CONNREFUSED) if near.is_some() && !refused => refused = true,
                 Err(Errno::CONNREFUSED) => return Ok(()),
                 Err(e) => return Err(io::Error::from(e).into()),
             }
@@ -199,7 +221,10 @@ impl Udp {
             let Some(sa) = src.addr() else {
                 return Ok(Step::Moved);
             };
-            self.learned.entry(from).or_insert(sa);
+            // Where the peer takes datagrams: the first place learned, not
+            // necessarily where this one came from (its near socket).
+            let at = *self.learned.entry(from).or_insert(sa);
+            self.near.answered(self.ip, at);
             self.last_from = Some(from);
         }
         let data = &self.scratch[HEADER_LEN..n];
@@ -355,6 +380,7 @@ fn loud(n: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::near::NEAR_MAX;
     use super::*;
     use crate::pool::TokenPool;
     use crate::types::Completion;
@@ -450,6 +476,144 @@ mod tests {
         }
         let r = at_a.got.take().expect("the send arrived");
         assert_eq!(&big[..r.len], &[9; 900][..]);
+    }
+
+    /// A datagram of `data` from endpoint 1:`ep` to endpoint 5, as bytes.
+    fn datagram(ep: u32, data: &[u8]) -> Vec<u8> {
+        let mut h = header(data);
+        h.src_ep = ep;
+        [&h.encode()[..], data].concat()
+    }
+
+    /// Where a datagram `u` sends to `at` comes from, as `at` sees it.
+    fn sent_from(u: &mut Udp, at: &UdpSocket) -> SocketAddr {
+        u.send(&header(b"back"), b"back", at.local_addr().unwrap())
+            .unwrap();
+        at.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 256];
+        let (n, from) = at.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[HEADER_LEN..n], b"back");
+        from
+    }
+
+    #[test]
+    fn a_peer_that_answered_is_sent_to_from_a_socket_connected_to_it() {
+        let mut b = bind();
+        let (mut rx, inbox) = (reader(), Inbox::new(b.port(), None).unwrap());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Before the peer said anything: from the endpoint's socket.
+        assert_eq!(sent_from(&mut b, &peer), to(&b));
+        peer.send_to(&datagram(7, b"hi"), to(&b)).unwrap();
+        let mut got = None;
+        for _ in 0..500 {
+            got = read_one(&mut b, &mut rx, &inbox);
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got.as_deref(), Some(&b"hi"[..]));
+        assert_eq!(b.near.peers(), [peer.local_addr().unwrap()]);
+        // Now from another port of the same address, every time; to
+        // anyone else from the endpoint's socket, as before.
+        for _ in 0..3 {
+            let from = sent_from(&mut b, &peer);
+            assert_eq!(from.ip(), to(&b).ip());
+            assert_ne!(from.port(), b.port());
+            assert_eq!(sent_from(&mut b, &other), to(&b));
+        }
+    }
+
+    #[test]
+    fn a_peer_keeps_the_place_it_learned_first_when_answers_come_from_a_near_socket() {
+        let (mut a, mut b) = (bind(), bind());
+        let (mut rx_a, inbox_a) = (reader(), Inbox::new(a.port(), None).unwrap());
+        let (mut rx_b, inbox_b) = (reader(), Inbox::new(b.port(), None).unwrap());
+        // A knows where B takes datagrams, as an endpoint's target does
+        // (its node told it), and sends first.
+        let b_is = Addr::new(1, 7);
+        a.learn(b_is, to(&b));
+        let deliver = |u: &mut Udp, rx: &mut Core, inbox: &Inbox| {
+            for _ in 0..500 {
+                if let Some(d) = read_one(u, rx, inbox) {
+                    return d;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            panic!("nothing came");
+        };
+        for round in 0..3u8 {
+            a.send(&header(&[round]), &[round], to(&b)).unwrap();
+            assert_eq!(deliver(&mut b, &mut rx_b, &inbox_b), [round]);
+            b.send(&header(&[round + 10]), &[round + 10], to(&a))
+                .unwrap();
+            assert_eq!(deliver(&mut a, &mut rx_a, &inbox_a), [round + 10]);
+        }
+        // Both send from near sockets now; each still sends to where the
+        // other takes datagrams.
+        assert_eq!(b.near.peers(), [to(&a)]);
+        assert_eq!(a.near.peers(), [to(&b)]);
+        assert_eq!(a.learned(b_is), Some(to(&b)));
+    }
+
+    #[test]
+    fn a_send_after_the_peer_s_socket_was_gone_a_while_is_not_lost() {
+        let mut b = bind();
+        let (mut rx, inbox) = (reader(), Inbox::new(b.port(), None).unwrap());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let at = peer.local_addr().unwrap();
+        peer.send_to(&datagram(7, b"hi"), to(&b)).unwrap();
+        for _ in 0..500 {
+            if read_one(&mut b, &mut rx, &inbox).is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(b.near.peers(), [at]);
+        // Sent while nobody is there: the kernel's ICMP error comes back
+        // to the connected socket, which reports it on its next send.
+        drop(peer);
+        b.send(&header(b"lost"), b"lost", at).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // The peer is back at the same place: that next send reaches it.
+        let again = UdpSocket::bind(at).expect("the port it had is free again");
+        assert_ne!(sent_from(&mut b, &again), to(&b));
+    }
+
+    #[test]
+    fn near_sockets_are_few_and_strangers_get_none() {
+        let mut b = bind();
+        let (mut rx, inbox) = (reader(), Inbox::new(b.port(), None).unwrap());
+        // Without the fabric's token, and malformed: no near socket.
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut tokenless = datagram(9, b"x");
+        tokenless[48..56].copy_from_slice(&0u64.to_le_bytes());
+        stranger.send_to(&tokenless, to(&b)).unwrap();
+        stranger.send_to(b"junk", to(&b)).unwrap();
+        let peers: Vec<UdpSocket> = (0..NEAR_MAX + 2)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        for (i, p) in peers.iter().enumerate() {
+            p.send_to(&datagram(10 + i as u32, b"hi"), to(&b)).unwrap();
+        }
+        let mut delivered = 0;
+        for _ in 0..500 {
+            if read_one(&mut b, &mut rx, &inbox).is_some() {
+                delivered += 1;
+            }
+            if delivered == peers.len() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(delivered, peers.len());
+        let near = b.near.peers();
+        assert_eq!(near.len(), NEAR_MAX);
+        assert!(!near.contains(&stranger.local_addr().unwrap()));
+        // The first peers have one; the last are sent to as before.
+        assert_ne!(sent_from(&mut b, &peers[0]), to(&b));
+        assert_eq!(sent_from(&mut b, &peers[NEAR_MAX + 1]), to(&b));
     }
 
     #[test]
