@@ -372,6 +372,63 @@ mod tests {
     use crate::transport::porter::tests::{same_table, soon, threads_named};
     use crate::types::{Addr, Completion, Mode, Transport};
 
+    /// The signals thread `tid` of this process blocks (`SigBlk`), as a
+    /// mask of bit `n - 1` for signal `n`.
+    fn blocked(tid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+        u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn threads_on_the_acceptors_table_take_no_signal_sent_to_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(NodeConfig::local(4413, dir.path())).unwrap();
+        assert!(
+            node.dock.is_some(),
+            "the acceptors have a table of their own"
+        );
+        let bit = |sig: i32| 1u64 << (sig - 1);
+        let process = [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGCHLD,
+            libc::SIGPIPE,
+            libc::SIGALRM,
+            libc::SIGRTMIN() + 2,
+        ];
+        let me = rustix::thread::gettid().as_raw_nonzero().get();
+        // This node's bells, and the threads on their table (its two
+        // acceptors; a thread's name is cut at 15 bytes, too short for
+        // theirs).
+        let bells = soon(|| threads_named("ml-bells-4413"), |t| t.len() == 1)[0];
+        assert_eq!(same_table(me, bells), Some(false), "a table of their own");
+        let theirs = soon(
+            || {
+                threads_named("ml-")
+                    .into_iter()
+                    .filter(|&t| same_table(bells, t) == Some(true))
+                    .collect::<Vec<_>>()
+            },
+            |t| t.len() == 3,
+        );
+        assert_eq!(theirs.len(), 3, "two acceptors and the bells");
+        for t in theirs {
+            let mask = blocked(t);
+            for sig in process {
+                assert_ne!(mask & bit(sig), 0, "thread {t} blocks signal {sig}");
+            }
+            // A fault of its own still reaches it.
+            assert_eq!(mask & bit(libc::SIGSEGV), 0, "thread {t} takes its SIGSEGV");
+        }
+        // The thread that started the node is as it was.
+        assert_eq!(blocked(me) & bit(libc::SIGTERM), 0);
+    }
+
     #[test]
     fn acceptors_on_the_endpoints_table_where_refused_their_own_still_hand_connections_over() {
         let dir = tempfile::tempdir().unwrap();

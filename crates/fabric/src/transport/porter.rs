@@ -27,6 +27,10 @@
 //! nothing of one table is closed from the other. An inbox whose last
 //! holder was a handshake leaves its doorbell's number to the endpoints'
 //! side to close ([`orphan`], [`close_orphans`]).
+//!
+//! The acceptors' threads take no signal sent to the process: a handler
+//! runs on the table of the thread that takes its signal, where a handler
+//! writing to a descriptor of the endpoints' table would miss it.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -338,9 +342,11 @@ pub(crate) fn close_orphans() {
 /// Makes the calling thread's table of descriptors its own, keeping only
 /// `keep` (and standard input, output and error) open in it. What the
 /// thread, and the threads it starts, open from then on is in that table
-/// alone. Fails, the table still shared, where the kernel does not let
-/// it go.
+/// alone; none of them takes a signal sent to the process
+/// ([`block_signals`]). Fails, the table still shared, where the kernel
+/// does not let it go.
 pub(crate) fn own_table(keep: &[RawFd]) -> io::Result<()> {
+    block_signals()?;
     // The copy holds every descriptor of the shared table; this thread
     // owns none of them but `keep` (its own copies from now on), and closes
     // the others in its copy at once, touching nothing another holds.
@@ -364,6 +370,41 @@ pub(crate) fn own_table(keep: &[RawFd]) -> io::Result<()> {
         tracing::warn!("the acceptors' table kept descriptors it does not use: {e}");
     }
     Ok(())
+}
+
+/// Blocks, in the calling thread and the threads it starts from now on,
+/// every signal but those an instruction's fault raises in the thread
+/// itself. A signal sent to the process is taken by any one of its threads
+/// that does not block it, and its handler runs there, on that thread's
+/// table of descriptors. A handler that writes to a descriptor (the
+/// self-pipe of `signal_hook`, with which `macrolink` ends on SIGTERM)
+/// would write, on the acceptors' table, to a number closed there, and the
+/// signal would be lost, or to a number another file holds there.
+fn block_signals() -> io::Result<()> {
+    // SAFETY: sigset_t is plain data, for which all zeroes is a value;
+    // sigfillset sets it before anything reads it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t this function owns; the functions
+    // only write to it, and pthread_sigmask reads it and changes the mask
+    // of the calling thread alone.
+    let r = unsafe {
+        libc::sigfillset(&mut set);
+        for fault in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut set, fault);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    match r {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Closes the descriptors `first..=last` of the calling thread's table.
