@@ -1,10 +1,11 @@
-//! Pictures of the benchmarks' results, as PNGs: bandwidth against message
-//! size, one curve per series; ratios beside their targets, one line each.
+//! Pictures of the benchmarks' results, as PNGs: bandwidth and latency
+//! against message size, one curve per series; ratios beside their
+//! targets, one line each.
 
 use plotters::prelude::*;
 use std::path::Path;
 
-use crate::report::BwRow;
+use crate::report::{BwRow, LatRow};
 
 /// Where the text font comes from (Debian's fonts-dejavu-core).
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -66,15 +67,123 @@ pub fn lines_png(
         .y_desc(y_desc)
         .label_style(("sans-serif", 14))
         .draw()?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
+    let curves: Vec<Curve> = series
+        .iter()
+        .enumerate()
+        .map(|(i, (name, pts))| Curve {
+            name: Some(name.clone()),
+            points: pts.clone(),
+            dashed: false,
+            color: i,
+        })
+        .collect();
+    draw_curves(&mut chart, &curves)?;
+    root.present()?;
+    Ok(())
+}
+
+/// Draws time over message size, both on log scales, one colour per
+/// test, transport, mode and completion: its median as a solid curve,
+/// its 99th percentile as a dashed one. Rows without a figure (or of no
+/// bytes, which a log scale cannot place) are left out.
+pub fn latency_png(path: &Path, title: &str, rows: &[LatRow]) -> anyhow::Result<()> {
+    let mut series: Vec<(String, Points, Points)> = Vec::new();
+    for r in rows {
+        let (x, med, p99) = (r.size as f64, r.usec.median, r.usec.p99.max(r.usec.median));
+        if r.size == 0 || !(med > 0.0 && p99.is_finite()) {
+            continue;
+        }
+        let name = format!("{} {} {} {}", r.test, r.transport, r.mode, r.completion);
+        match series.iter_mut().find(|(n, ..)| *n == name) {
+            Some((_, m, p)) => {
+                m.push((x, med));
+                p.push((x, p99));
+            }
+            None => series.push((name, vec![(x, med)], vec![(x, p99)])),
+        }
+    }
+    anyhow::ensure!(!series.is_empty(), "no latency figure to draw");
+    register_font()?;
+    let pts = || series.iter().flat_map(|(_, m, p)| m.iter().chain(p));
+    let xmin = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let xmax = pts().map(|p| p.0).fold(0.0, f64::max).max(xmin * 2.0);
+    let ymin = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let ymax = pts().map(|p| p.1).fold(0.0, f64::max).max(ymin * 2.0);
+
+    let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(
+            (xmin..xmax).log_scale(),
+            (ymin * 0.8..ymax * 1.25).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc("µs: median (solid), 99th percentile (dashed)")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    let mut curves = Vec::new();
+    for (i, (name, median, p99)) in series.into_iter().enumerate() {
+        curves.push(Curve {
+            name: Some(name),
+            points: median,
+            dashed: false,
+            color: i,
+        });
+        curves.push(Curve {
+            name: None,
+            points: p99,
+            dashed: true,
+            color: i,
+        });
+    }
+    draw_curves(&mut chart, &curves)?;
+    root.present()?;
+    Ok(())
+}
+
+/// A curve's points, (x, y).
+type Points = Vec<(f64, f64)>;
+
+/// One curve of a line chart.
+struct Curve {
+    /// Its name in the legend; `None`: it has none (a companion of the
+    /// curve of its colour that has).
+    name: Option<String>,
+    points: Points,
+    dashed: bool,
+    /// Its colour, by index into the palette.
+    color: usize,
+}
+
+/// Draws `curves` on `chart`, a dot on each point, and the legend.
+fn draw_curves<'a, X, Y>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+    curves: &[Curve],
+) -> anyhow::Result<()>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for c in curves {
+        let color = Palette99::pick(c.color).to_rgba();
+        let pts = c.points.iter().copied();
+        let drawn = if c.dashed {
+            chart.draw_series(DashedLineSeries::new(pts, 8, 6, color.stroke_width(2)))?
+        } else {
+            chart.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
+        };
+        if let Some(name) = &c.name {
+            drawn.label(name.clone()).legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+        }
+        chart.draw_series(c.points.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
     }
     chart
         .configure_series_labels()
@@ -83,7 +192,6 @@ pub fn lines_png(
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
@@ -197,6 +305,51 @@ mod tests {
             at_most: true,
             met,
         }
+    }
+
+    fn lat(transport: &str, size: u64, median: f64, p99: f64) -> LatRow {
+        LatRow {
+            test: "PingPong".into(),
+            transport: transport.into(),
+            mode: "reliable".into(),
+            completion: "poll".into(),
+            size,
+            iterations: 100,
+            usec: crate::stats::Summary {
+                min: median * 0.9,
+                median,
+                p99,
+                mean: median,
+            },
+            mb_per_s_each_way: 0.0,
+            mb_per_s_both: 0.0,
+            cpu_initiator: 0.0,
+            cpu_target: 0.0,
+        }
+    }
+
+    #[test]
+    fn latencies_are_drawn_as_a_png_and_rows_without_a_figure_are_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("lat.png");
+        let rows = [
+            lat("shm", 8, 0.2, 0.5),
+            lat("shm", 1_000_000, 90.0, 140.0),
+            lat("tcp", 8, 3.3, 9.0),
+            lat("tcp", 1_000_000, 400.0, 700.0),
+            // Of no bytes, and without a figure: not on a log scale.
+            lat("tcp", 0, 3.0, 5.0),
+            lat("udp", 64, 0.0, 0.0),
+        ];
+        latency_png(&p, "latency", &rows).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+        assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+        // Nothing to draw: refused, and no file made.
+        let none = d.path().join("none.png");
+        assert!(latency_png(&none, "none", &rows[4..]).is_err());
+        assert!(latency_png(&none, "none", &[]).is_err());
+        assert!(!none.exists());
     }
 
     #[test]

@@ -255,8 +255,8 @@ fn udp_datagram_rows_count_what_arrived() {
 #[test]
 fn lat_patterns_report_ordered_summaries() {
     let d = tempfile::tempdir().unwrap();
-    let j = d.path().join("l.json");
-    run(&[
+    let (j, p) = (d.path().join("l.json"), d.path().join("l.png"));
+    let table = run(&[
         "bench",
         "lat",
         "--pattern",
@@ -269,9 +269,17 @@ fn lat_patterns_report_ordered_summaries() {
         "30",
         "--json",
         j.to_str().unwrap(),
+        "--plot",
+        p.to_str().unwrap(),
     ]);
     let rows = json(&j);
     assert_eq!(rows.len(), 4 * 2 * 2);
+    assert!(
+        table.ends_with(&format!("plot: {}\n", p.display())),
+        "{table}"
+    );
+    let png = std::fs::read(&p).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     for r in &rows {
         let u = &r["usec"];
         let (min, med, p99) = (num(u, "min"), num(u, "median"), num(u, "p99"));

@@ -20,7 +20,18 @@ pub(super) fn sockperf_lat(
     regime: sockperf::Regime,
     resident: Option<&Resident>,
 ) -> Option<Lat> {
-    opt(sockperf::ping_pong(udp, 64, secs * 2.0, regime, resident)).map(Lat::from)
+    sockperf_lat_of(udp, 64, secs, regime, resident)
+}
+
+/// As [`sockperf_lat`], of messages of `size` bytes.
+pub(super) fn sockperf_lat_of(
+    udp: bool,
+    size: usize,
+    secs: f64,
+    regime: sockperf::Regime,
+    resident: Option<&Resident>,
+) -> Option<Lat> {
+    opt(sockperf::ping_pong(udp, size, secs * 2.0, regime, resident)).map(Lat::from)
 }
 
 /// sockperf busy-polling over `t` (udp or tcp) with a thread asleep in

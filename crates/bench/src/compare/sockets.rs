@@ -6,7 +6,7 @@ use macrolink_fabric::{Completion, Mode, Transport};
 use std::path::Path;
 
 use super::alternate::{alternated, Lat, ALTERNATIONS};
-use super::beside_sockperf::{floor_row, resident_row, sockperf_lat};
+use super::beside_sockperf::{floor_row, resident_row, sockperf_lat, sockperf_lat_of};
 use super::placement::{self, alternated_steady};
 use super::{
     groups, iterations_for, lat_n, opt, row, Goal, Options, Row, BLOCKING, BLOCKING_ONE,
@@ -83,6 +83,10 @@ pub(super) fn rows(
             if udp {
                 let connected = Sockets::UdpSendingConnected;
                 rows.push(floor_row(t, connected, secs, iters, has_sockperf, times));
+            } else {
+                // Over tcp, sockperf's largest message, which comes in
+                // more than one piece.
+                rows.push(large_row(&mut s, t, m, span, a, times, has_sockperf)?);
             }
         }
     }
@@ -159,6 +163,54 @@ pub(super) fn rows(
     drop(pin);
     Ok(rows)
 }
+
+/// The largest message sockperf sends (its payload's limit, a
+/// datagram's, over tcp too).
+const LARGE: usize = 65_507;
+
+/// Ours polling beside sockperf busy polling over tcp with messages of
+/// [`LARGE`] bytes, each run of ours as long as the stretch a sockperf run
+/// counts, `times` pairs alternated.
+fn large_row(
+    s: &mut Session,
+    t: Transport,
+    m: Mode,
+    span: std::time::Duration,
+    a: &Options,
+    times: usize,
+    has_sockperf: bool,
+) -> anyhow::Result<Row> {
+    let c = Completion::Poll;
+    let n = a.iterations;
+    let iters = iterations_for(span, lat_n(s, t, m, c, LARGE, n)?.median, n);
+    let regime = sockperf::Regime::BusyPoll;
+    let (ours, theirs, pairs, placed) = alternated_steady(
+        times,
+        || lat_n(s, t, m, c, LARGE, iters),
+        has_sockperf.then_some(|| sockperf_lat_of(false, LARGE, a.seconds, regime, None)),
+        placement::probe,
+    )?;
+    Ok(row(
+        &format!("{t} {LARGE} B ping-pong, half rt, median of {times}"),
+        "us",
+        Some(ours.median),
+        &format!("sockperf pp --tcp {} -m {LARGE}", regime.flags()),
+        theirs.map(|l| l.median),
+        Goal::Info,
+    )
+    .regimes(POLL, "busy poll")
+    .p99(ours.p99, theirs.and_then(|l| l.p99))
+    .pairs(pairs)
+    .placement(placed)
+    .note(LARGE_NOTE))
+}
+
+/// What the row of sockperf's largest message shows.
+const LARGE_NOTE: &str = "sockperf's largest message (65,507 bytes; ours carries a frame \
+header of 56 more), polling beside busy polling as in the 64 B row, one stream, one thread a \
+side. Over loopback a segment holds at most 65,483 bytes, so each message of either side \
+comes in two pieces or more, and a reader that has the first part looks for the rest: the \
+row times that path, which a 64 B message never takes.";
 
 /// How our udp rows send, beside sockperf.
 const SENDING_CONNECTED: &str = "our endpoint takes every datagram on its one socket, not \

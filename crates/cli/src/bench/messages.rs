@@ -107,6 +107,9 @@ pub struct LatArgs {
     /// Iterations per size.
     #[arg(long, default_value_t = 2000)]
     count: u64,
+    /// Draw the median and the 99th percentile over size as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -216,7 +219,13 @@ pub fn lat(a: LatArgs) -> anyhow::Result<()> {
     };
     let rows = plan.run(session(&a.peer, &a.transport)?.client())?;
     print!("{}", report::lat_table(&rows));
-    save(&a.peer, &rows)
+    save(&a.peer, &rows)?;
+    if let Some(p) = &a.plot {
+        let title = "macrolink latency (ping-pong: half a round trip; others: one iteration)";
+        macrolink_bench::plot::latency_png(p, title, &rows)?;
+        println!("plot: {}", p.display());
+    }
+    Ok(())
 }
 
 /// A run per transport and size, its rows printed by `table`.
