@@ -2,6 +2,9 @@
 //! against message size, one curve per series; ratios beside their
 //! targets, one line each.
 
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -54,19 +57,7 @@ pub fn lines_png(
         .fold(1.0, f64::max);
 
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax * 1.1)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 14))
-        .draw()?;
+    let mut chart = sized_chart(&root, title, xmin..xmax, 0.0..ymax * 1.1, (x_desc, y_desc))?;
     let curves: Vec<Curve> = series
         .iter()
         .enumerate()
@@ -111,22 +102,16 @@ pub fn latency_png(path: &Path, title: &str, rows: &[LatRow]) -> anyhow::Result<
     let ymax = pts().map(|p| p.1).fold(0.0, f64::max).max(ymin * 2.0);
 
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(
-            (xmin..xmax).log_scale(),
-            (ymin * 0.8..ymax * 1.25).log_scale(),
-        )?;
-    chart
-        .configure_mesh()
-        .x_desc("message size (bytes)")
-        .y_desc("µs: median (solid), 99th percentile (dashed)")
-        .label_style(("sans-serif", 14))
-        .draw()?;
+    let mut chart = sized_chart(
+        &root,
+        title,
+        xmin..xmax,
+        (ymin * 0.8..ymax * 1.25).log_scale(),
+        (
+            "message size (bytes)",
+            "µs: median (solid), 99th percentile (dashed)",
+        ),
+    )?;
     let mut curves = Vec::new();
     for (i, (name, median, p99)) in series.into_iter().enumerate() {
         curves.push(Curve {
@@ -147,6 +132,55 @@ pub fn latency_png(path: &Path, title: &str, rows: &[LatRow]) -> anyhow::Result<
     Ok(())
 }
 
+/// A chart over sizes (log scale) and `Y`, drawn by a PNG backend.
+type SizedChart<'b, 'a, Y> = ChartContext<'b, BitMapBackend<'a>, Cartesian2d<LogCoord<f64>, Y>>;
+
+/// A white chart of `title` filling `root`, over `x` on a log scale and
+/// `y`, its axes described.
+fn sized_chart<'b, 'a: 'b, Y>(
+    root: &'b DrawingArea<BitMapBackend<'a>, Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: Y,
+    (x_desc, y_desc): (&str, &str),
+) -> anyhow::Result<SizedChart<'b, 'a, Y::CoordDescType>>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x.log_scale(), y)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| size_label(*x))
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    Ok(chart)
+}
+
+/// A size as an axis shows it: 8 B, 1.5 kB, 64 kB, 1 MB (powers of ten).
+fn size_label(x: f64) -> String {
+    let (v, unit) = if x >= 1e6 {
+        (x / 1e6, "MB")
+    } else if x >= 1e3 {
+        (x / 1e3, "kB")
+    } else {
+        (x, "B")
+    };
+    if (v - v.round()).abs() < 0.05 {
+        format!("{v:.0} {unit}")
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
 /// A curve's points, (x, y).
 type Points = Vec<(f64, f64)>;
 
@@ -162,8 +196,8 @@ struct Curve {
 }
 
 /// Draws `curves` on `chart`, a dot on each point, and the legend.
-fn draw_curves<'a, X, Y>(
-    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+fn draw_curves<'b, 'a: 'b, X, Y>(
+    chart: &mut ChartContext<'b, BitMapBackend<'a>, Cartesian2d<X, Y>>,
     curves: &[Curve],
 ) -> anyhow::Result<()>
 where
@@ -305,6 +339,15 @@ mod tests {
             at_most: true,
             met,
         }
+    }
+
+    #[test]
+    fn sizes_are_labelled_in_bytes_kilobytes_and_megabytes() {
+        let labels: Vec<String> = [8.0, 1000.0, 1500.0, 65536.0, 1e6, 4e6]
+            .iter()
+            .map(|&x| size_label(x))
+            .collect();
+        assert_eq!(labels, ["8 B", "1 kB", "1.5 kB", "65.5 kB", "1 MB", "4 MB"]);
     }
 
     fn lat(transport: &str, size: u64, median: f64, p99: f64) -> LatRow {
