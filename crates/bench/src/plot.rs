@@ -24,11 +24,12 @@ pub fn bandwidth_png(path: &Path, title: &str, rows: &[BwRow]) -> anyhow::Result
             None => series.push((name, vec![(r.size as f64, mbs)])),
         }
     }
-    lines_png(
+    draw_lines(
         path,
         title,
         ("message size (bytes)", "MB/s (10^6 bytes/s)"),
         &series,
+        Some(size_label),
     )
 }
 
@@ -44,8 +45,19 @@ fn register_font() -> anyhow::Result<()> {
 pub fn lines_png(
     path: &Path,
     title: &str,
-    (x_desc, y_desc): (&str, &str),
+    descs: (&str, &str),
     series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    draw_lines(path, title, descs, series, None)
+}
+
+/// As [`lines_png`], the x axis' labels by `x_label` where given.
+fn draw_lines(
+    path: &Path,
+    title: &str,
+    descs: (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+    x_label: Option<fn(f64) -> String>,
 ) -> anyhow::Result<()> {
     register_font()?;
     let xs = || series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
@@ -57,7 +69,8 @@ pub fn lines_png(
         .fold(1.0, f64::max);
 
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    let mut chart = sized_chart(&root, title, xmin..xmax, 0.0..ymax * 1.1, (x_desc, y_desc))?;
+    let y = 0.0..ymax * 1.1;
+    let mut chart = log_x_chart(&root, title, (xmin..xmax, y), descs, x_label)?;
     let curves: Vec<Curve> = series
         .iter()
         .enumerate()
@@ -102,16 +115,12 @@ pub fn latency_png(path: &Path, title: &str, rows: &[LatRow]) -> anyhow::Result<
     let ymax = pts().map(|p| p.1).fold(0.0, f64::max).max(ymin * 2.0);
 
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    let mut chart = sized_chart(
-        &root,
-        title,
-        xmin..xmax,
-        (ymin * 0.8..ymax * 1.25).log_scale(),
-        (
-            "message size (bytes)",
-            "µs: median (solid), 99th percentile (dashed)",
-        ),
-    )?;
+    let y = (ymin * 0.8..ymax * 1.25).log_scale();
+    let descs = (
+        "message size (bytes)",
+        "µs: median (solid), 99th percentile (dashed)",
+    );
+    let mut chart = log_x_chart(&root, title, (xmin..xmax, y), descs, Some(size_label))?;
     let mut curves = Vec::new();
     for (i, (name, median, p99)) in series.into_iter().enumerate() {
         curves.push(Curve {
@@ -132,18 +141,18 @@ pub fn latency_png(path: &Path, title: &str, rows: &[LatRow]) -> anyhow::Result<
     Ok(())
 }
 
-/// A chart over sizes (log scale) and `Y`, drawn by a PNG backend.
-type SizedChart<'b, 'a, Y> = ChartContext<'b, BitMapBackend<'a>, Cartesian2d<LogCoord<f64>, Y>>;
+/// A chart over a log x axis and `Y`, drawn by a PNG backend.
+type LogXChart<'b, 'a, Y> = ChartContext<'b, BitMapBackend<'a>, Cartesian2d<LogCoord<f64>, Y>>;
 
 /// A white chart of `title` filling `root`, over `x` on a log scale and
-/// `y`, its axes described.
-fn sized_chart<'b, 'a: 'b, Y>(
+/// `y`, its axes described, the x axis' labels by `x_label` where given.
+fn log_x_chart<'b, 'a: 'b, Y>(
     root: &'b DrawingArea<BitMapBackend<'a>, Shift>,
     title: &str,
-    x: std::ops::Range<f64>,
-    y: Y,
+    (x, y): (std::ops::Range<f64>, Y),
     (x_desc, y_desc): (&str, &str),
-) -> anyhow::Result<SizedChart<'b, 'a, Y::CoordDescType>>
+    x_label: Option<fn(f64) -> String>,
+) -> anyhow::Result<LogXChart<'b, 'a, Y::CoordDescType>>
 where
     Y: AsRangedCoord<Value = f64>,
     Y::CoordDescType: ValueFormatter<f64>,
@@ -155,11 +164,15 @@ where
         .x_label_area_size(48)
         .y_label_area_size(72)
         .build_cartesian_2d(x.log_scale(), y)?;
+    let label = |x: &f64| match x_label {
+        Some(f) => f(*x),
+        None => <LogCoord<f64> as ValueFormatter<f64>>::format(x),
+    };
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .x_label_formatter(&|x| size_label(*x))
+        .x_label_formatter(&label)
         .label_style(("sans-serif", 14))
         .draw()?;
     Ok(chart)
