@@ -45,6 +45,11 @@ use crate::types::{Addr, Completion, Mode, Transport};
 /// traffic does not meet it.
 const CTRL_CAP: usize = 1024;
 
+/// Messages of this many bytes or more make the reader read the next
+/// frame split (`ByteStream::try_read_split`): below, a frame's header and
+/// payload come in one read ahead.
+const SPLIT_FROM: usize = 4096;
+
 /// Where the message or put being received on a connection stands.
 #[derive(Debug)]
 enum Asm {
@@ -92,6 +97,9 @@ pub(crate) struct Framed<S> {
     /// Polling looks for the rest of a direct message since the peer's
     /// liveness was last checked.
     awaits: u32,
+    /// The last message the short path took was of `SPLIT_FROM` bytes or
+    /// more.
+    big: bool,
     rx_seq: u64,
     /// The current frame passed its checks and is being read.
     frame_started: bool,
@@ -112,6 +120,7 @@ impl<S: ByteStream> Framed<S> {
             asm: Asm::Idle,
             stalled: None,
             awaits: 0,
+            big: false,
             rx_seq: 0,
             frame_started: false,
             control: Control::default(),
@@ -212,6 +221,23 @@ impl<S: ByteStream> Framed<S> {
         if !self.rx.is_idle() || !matches!(self.asm, Asm::Idle) || !core.ready.is_empty() {
             return None;
         }
+        // A reader whose last message was larger than a read ahead takes
+        // (a small one's header and payload come in one read already) may
+        // read the next frame's header and what follows it, straight into
+        // its buffer, in one read (see `tcp`): `early` bytes of `buf` came
+        // so.
+        let mut early = 0;
+        let split = if self.big {
+            self.stream.try_read_split(&mut self.rx.buf, buf)
+        } else {
+            None
+        };
+        match split {
+            None => {}
+            Some(Ok(0)) => return Some(Step::Idle),
+            Some(Ok(n)) => early = self.rx.split(n),
+            Some(Err(e)) => return Some(core.broken(e.to_string())),
+        }
         // What the general path would do with a header that is not whole
         // or not sound, done here: a stream is not read twice in a pass.
         let h = match self.rx.header(&mut self.stream) {
@@ -224,24 +250,39 @@ impl<S: ByteStream> Framed<S> {
         };
         self.stalled = None;
         let mode = match h.kind {
-            FrameKind::Data => Mode::Reliable,
-            FrameKind::Datagram => Mode::Datagram,
-            _ => return None,
+            FrameKind::Data => Some(Mode::Reliable),
+            FrameKind::Datagram => Some(Mode::Datagram),
+            _ => None,
         };
         let len = h.len as usize;
-        if h.offset != 0
-            || h.total != u64::from(h.len)
-            || h.total > core.max_message
-            || len > buf.len()
-            || (mode == Mode::Reliable && h.seq != self.rx_seq)
-            || h.dst_ep != core.id
-            || Addr::new(h.src_node, h.src_ep) != self.peer
-            || core.probe
-        {
+        let Some(mode) = mode.filter(|&mode| {
+            h.offset == 0
+                && h.total == u64::from(h.len)
+                && h.total <= core.max_message
+                && len <= buf.len()
+                && (mode != Mode::Reliable || h.seq == self.rx_seq)
+                && h.dst_ep == core.id
+                && Addr::new(h.src_node, h.src_ep) == self.peer
+                && !core.probe
+        }) else {
+            // Not such a message: what a split read put in `buf` goes back
+            // to the stream, for the general path.
+            if early > 0 {
+                self.stream.unread(&buf[..early]);
+            }
             return None;
-        }
-        let n = match self.rx.payload(&mut self.stream, &mut buf[..len]) {
-            Ok(n) => n,
+        };
+        self.big = len >= SPLIT_FROM;
+        // Bytes read beyond this frame belong to the next.
+        let early = if early > len {
+            self.stream.unread(&buf[len..early]);
+            len
+        } else {
+            early
+        };
+        self.rx.took(early);
+        let n = match self.rx.payload(&mut self.stream, &mut buf[early..len]) {
+            Ok(n) => early + n,
             Err(e) => return Some(core.broken(e.to_string())),
         };
         if mode == Mode::Reliable {
@@ -729,6 +770,20 @@ impl FrameReader {
         Ok(Some(h))
     }
 
+    /// A split read gave `n` bytes, `buf` filled first: the bytes that
+    /// came beyond the header, which went to the reader's buffer.
+    fn split(&mut self, n: usize) -> usize {
+        debug_assert!(self.is_idle());
+        self.have = n.min(HEADER_LEN);
+        n - self.have
+    }
+
+    /// `n` bytes of the current frame's payload came with its header.
+    fn took(&mut self, n: usize) {
+        debug_assert!(n <= self.left);
+        self.left -= n;
+    }
+
     /// No part of a frame read.
     fn is_idle(&self) -> bool {
         self.cur.is_none() && self.have == 0
@@ -787,6 +842,11 @@ mod tests {
         dry: (usize, usize),
         /// Liveness checks.
         checks: usize,
+        /// It reads split (as a socket does for a reader that takes a
+        /// message at a time): the reads so, and the puts back.
+        split: bool,
+        splits: usize,
+        unreads: usize,
     }
 
     impl ByteStream for Trickle {
@@ -806,6 +866,30 @@ mod tests {
             dst[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
             self.at += n;
             Ok(n)
+        }
+        fn try_read_split(
+            &mut self,
+            head: &mut [u8],
+            body: &mut [u8],
+        ) -> Option<io::Result<usize>> {
+            if !self.split {
+                return None;
+            }
+            self.splits += 1;
+            let n = self
+                .step
+                .min(self.bytes.len() - self.at)
+                .min(head.len() + body.len());
+            let h = n.min(head.len());
+            head[..h].copy_from_slice(&self.bytes[self.at..self.at + h]);
+            body[..n - h].copy_from_slice(&self.bytes[self.at + h..self.at + n]);
+            self.at += n;
+            Some(Ok(n))
+        }
+        fn unread(&mut self, bytes: &[u8]) {
+            assert_eq!(bytes, &self.bytes[self.at - bytes.len()..self.at]);
+            self.at -= bytes.len();
+            self.unreads += 1;
         }
         fn raw_fd(&self) -> RawFd {
             -1
@@ -835,6 +919,9 @@ mod tests {
             fds_full: false,
             dry: (usize::MAX, 0),
             checks: 0,
+            split: false,
+            splits: 0,
+            unreads: 0,
         };
         Framed::new(Addr::new(1, 7), (0, 0), stream)
     }
@@ -911,6 +998,87 @@ mod tests {
             }
             assert_eq!(core.stats.messages_in, msgs.len() as u64);
             assert!(core.ready.is_empty());
+        }
+    }
+
+    /// A reader that reads split (a header and what follows it straight
+    /// into its buffer) gets every message whole and in order, however the
+    /// stream cuts them: what came beyond a frame, a frame the short path
+    /// leaves to the general one (a message in two fragments), all go back
+    /// to the stream and are read again.
+    #[test]
+    fn split_reads_give_every_message_whole_and_in_order() {
+        // (kind, payload bytes, fragments)
+        let msgs = [
+            (FrameKind::Data, 5000, 1),
+            (FrameKind::Data, 8, 1),
+            (FrameKind::Data, 20_000, 1),
+            (FrameKind::Datagram, 3000, 1),
+            (FrameKind::Data, 0, 1),
+            (FrameKind::Data, 4096, 1),
+            (FrameKind::Data, 9000, 2),
+            (FrameKind::Datagram, 12, 1),
+            (FrameKind::Data, 30_000, 1),
+            (FrameKind::Data, 6000, 2),
+            (FrameKind::Data, 7, 1),
+        ];
+        let mut bytes = Vec::new();
+        let mut seq = 0;
+        for (i, &(kind, n, parts)) in msgs.iter().enumerate() {
+            let payload: Vec<u8> = (0..n).map(|j| (j * 7 + i) as u8).collect();
+            let cut = if parts == 1 { n } else { n / parts };
+            for (offset, piece) in [(0, &payload[..cut]), (cut, &payload[cut..])]
+                .into_iter()
+                .take(parts)
+            {
+                let mut h = Header::new(kind);
+                (h.src_node, h.src_ep, h.dst_ep) = (1, 7, 5);
+                (h.seq, h.total, h.offset) = (seq, n as u64, offset as u64);
+                h.len = piece.len() as u32;
+                bytes.extend_from_slice(&h.encode());
+                bytes.extend_from_slice(piece);
+            }
+            if kind == FrameKind::Data {
+                seq += 1;
+            }
+        }
+        for step in [1, 57, 4152, 5056, 30_000, usize::MAX] {
+            let mut f = framed(bytes.clone(), step);
+            f.stream.split = true;
+            let mut core = core();
+            let mut buf = vec![0u8; 40_000];
+            for (i, &(kind, n, _)) in msgs.iter().enumerate() {
+                let mut passes = 0;
+                let (len, mode) = loop {
+                    passes += 1;
+                    assert!(passes < 100_000, "step {step}: message {i} never came");
+                    match f.progress(&mut core, Some(&mut buf)) {
+                        Step::Message { len, mode } => break (len, mode),
+                        Step::Idle | Step::Moved => {}
+                        other => panic!("step {step}: message {i}: {other:?} {}", core.lost),
+                    }
+                };
+                let want = if kind == FrameKind::Data {
+                    Mode::Reliable
+                } else {
+                    Mode::Datagram
+                };
+                assert_eq!((len, mode), (n, want), "step {step}: message {i}");
+                assert!(
+                    buf[..n]
+                        .iter()
+                        .enumerate()
+                        .all(|(j, &b)| b == (j * 7 + i) as u8),
+                    "step {step}: message {i} garbled"
+                );
+            }
+            assert_eq!(f.stream.at, bytes.len(), "step {step}: all read");
+            assert_eq!(core.stats.messages_in, msgs.len() as u64);
+            assert!(core.ready.is_empty());
+            assert!(f.stream.splits > 0, "step {step}: no split read");
+            if step >= 30_000 {
+                assert!(f.stream.unreads > 0, "step {step}: nothing put back");
+            }
         }
     }
 

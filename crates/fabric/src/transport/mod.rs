@@ -132,6 +132,23 @@ pub(crate) trait ByteStream: fmt::Debug + Send {
     /// of stream is an error. The room the bytes read leave reaches the
     /// writer at [`read_done`](Self::read_done) at the latest.
     fn try_read(&mut self, dst: &mut [u8]) -> io::Result<usize>;
+    /// Reads a frame's header into `head` and, in the same read, what
+    /// follows it straight into `body` (the reader's buffer), where the
+    /// stream can and a read now would ask the kernel: `Some` of the bytes
+    /// read, `head` filled first, as [`try_read`](Self::try_read) counts
+    /// them. Bytes of `body` beyond the frame go back with
+    /// [`unread`](Self::unread). `None`: the caller reads as usual.
+    fn try_read_split(&mut self, _head: &mut [u8], _body: &mut [u8]) -> Option<io::Result<usize>> {
+        None
+    }
+    /// Puts back `bytes`, the last that [`try_read_split`](Self::try_read_split)
+    /// read: the next reads give them first.
+    fn unread(&mut self, bytes: &[u8]) {
+        debug_assert!(
+            bytes.is_empty(),
+            "a stream that reads no split gets nothing back"
+        );
+    }
     /// Ends a pass of reads (a frame's header and payload are two): the
     /// writer sees the room they left. Called before any wait.
     fn read_done(&mut self) {}

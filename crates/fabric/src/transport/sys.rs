@@ -6,7 +6,7 @@
 
 use rustix::io::Errno;
 use rustix::net;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -66,6 +66,21 @@ pub(crate) fn recv(fd: RawFd, dst: &mut [u8], peek: bool) -> io::Result<Option<u
     }
     match net::recv(fd, dst, flags) {
         Ok((n, _)) => Ok(Some(n)),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Receives without blocking into `head`, then `body`, in one call. As
+/// [`recv`]: `Ok(None)`, nothing there now; `Ok(Some(0))`, the peer closed
+/// the stream.
+pub(crate) fn recv_split(fd: RawFd, head: &mut [u8], body: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: as in `send_vectored`.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut iov = [IoSliceMut::new(head), IoSliceMut::new(body)];
+    let mut control = net::RecvAncillaryBuffer::default();
+    match net::recvmsg(fd, &mut iov, &mut control, net::RecvFlags::DONTWAIT) {
+        Ok(r) => Ok(Some(r.bytes)),
         Err(Errno::AGAIN | Errno::INTR) => Ok(None),
         Err(e) => Err(e.into()),
     }
