@@ -6,16 +6,17 @@
 //! are served from one `recv` of up to that many bytes, so that a small
 //! message costs the receiver one system call, not one for its header and
 //! one for its payload. Larger reads go straight into the caller's buffer.
-//! A reader that takes one message at a time (the last `recv` emptied the
-//! socket: a request and its answer) and waits with a buffer larger than
-//! that reads the next frame's header and payload in one `recv` too: the
-//! header into the frame reader, what follows it straight into the
-//! reader's buffer (a split read, [`ByteStream::try_read_split`]), where
-//! a header read ahead would cost a second `recv` and a copy for any
-//! message larger than [`READ_AHEAD`] (at 64 KiB a tenth of the time
-//! here). What was read beyond the frame is put back
-//! ([`ByteStream::unread`]), into a read-ahead buffer grown for it, up to
-//! [`SPLIT_MOST`].
+//! A reader that takes one message at a time (its last look found the
+//! socket empty, or its last `recv` emptied it: a request and its
+//! answer), whose last message was of 4 KiB or more and whose buffer is
+//! larger than a read ahead, reads the next frame's header and payload in
+//! one `recvmsg` too: the header into the frame reader, what follows it
+//! straight into the reader's buffer (a split read,
+//! [`ByteStream::try_read_split`]), where a header read ahead would cost
+//! a second `recv` and a copy of the read ahead for any message larger
+//! than [`READ_AHEAD`] (at 64 KiB a sixth of the time here). What was
+//! read beyond the frame is put back ([`ByteStream::unread`]), into a
+//! read-ahead buffer grown for it, up to [`SPLIT_MOST`].
 //! A `recv` that gave less than asked emptied the socket, and so did a
 //! `poll` that found nothing on it: the read after either answers
 //! "nothing" without asking the kernel again (a waiting reader then sleeps
