@@ -936,6 +936,40 @@ mod tests {
         )
     }
 
+    /// Reads `msgs` (kind, bytes) off `f` in order, each whole: byte `j`
+    /// of message `i` is `byte(i, j)`. `step` names the run.
+    fn read_in_order(
+        f: &mut Framed<Trickle>,
+        core: &mut Core,
+        buf: &mut [u8],
+        msgs: &[(FrameKind, usize)],
+        byte: impl Fn(usize, usize) -> u8,
+        step: usize,
+    ) {
+        for (i, &(kind, n)) in msgs.iter().enumerate() {
+            let mut passes = 0;
+            let (len, mode) = loop {
+                passes += 1;
+                assert!(passes < 100_000, "step {step}: message {i} never came");
+                match f.progress(core, Some(&mut *buf)) {
+                    Step::Message { len, mode } => break (len, mode),
+                    Step::Idle | Step::Moved => {}
+                    other => panic!("step {step}: message {i}: {other:?} {}", core.lost),
+                }
+            };
+            let want = if kind == FrameKind::Data {
+                Mode::Reliable
+            } else {
+                Mode::Datagram
+            };
+            assert_eq!((len, mode), (n, want), "step {step}: message {i}");
+            assert!(
+                buf[..n].iter().enumerate().all(|(j, &b)| b == byte(i, j)),
+                "step {step}: message {i} garbled"
+            );
+        }
+    }
+
     /// Whole frames and frames cut anywhere (in the header, in the
     /// payload) reach the reader's buffer intact and in order, by the
     /// common case's short path or the general one.
@@ -971,31 +1005,14 @@ mod tests {
             let mut f = framed(bytes.clone(), step);
             let mut core = core();
             let mut buf = vec![0u8; 4096];
-            for (i, &(kind, n)) in msgs.iter().enumerate() {
-                let mut passes = 0;
-                let (len, mode) = loop {
-                    passes += 1;
-                    assert!(passes < 10_000, "step {step}: message {i} never came");
-                    match f.progress(&mut core, Some(&mut buf)) {
-                        Step::Message { len, mode } => break (len, mode),
-                        Step::Idle | Step::Moved => {}
-                        other => panic!("step {step}: message {i}: {other:?} {}", core.lost),
-                    }
-                };
-                let want = if kind == FrameKind::Data {
-                    Mode::Reliable
-                } else {
-                    Mode::Datagram
-                };
-                assert_eq!((len, mode), (n, want), "step {step}: message {i}");
-                assert!(
-                    buf[..n]
-                        .iter()
-                        .enumerate()
-                        .all(|(j, &b)| b == (j + i) as u8),
-                    "step {step}: message {i} garbled"
-                );
-            }
+            read_in_order(
+                &mut f,
+                &mut core,
+                &mut buf,
+                &msgs,
+                |i, j| (j + i) as u8,
+                step,
+            );
             assert_eq!(core.stats.messages_in, msgs.len() as u64);
             assert!(core.ready.is_empty());
         }
@@ -1047,31 +1064,9 @@ mod tests {
             f.stream.split = true;
             let mut core = core();
             let mut buf = vec![0u8; 40_000];
-            for (i, &(kind, n, _)) in msgs.iter().enumerate() {
-                let mut passes = 0;
-                let (len, mode) = loop {
-                    passes += 1;
-                    assert!(passes < 100_000, "step {step}: message {i} never came");
-                    match f.progress(&mut core, Some(&mut buf)) {
-                        Step::Message { len, mode } => break (len, mode),
-                        Step::Idle | Step::Moved => {}
-                        other => panic!("step {step}: message {i}: {other:?} {}", core.lost),
-                    }
-                };
-                let want = if kind == FrameKind::Data {
-                    Mode::Reliable
-                } else {
-                    Mode::Datagram
-                };
-                assert_eq!((len, mode), (n, want), "step {step}: message {i}");
-                assert!(
-                    buf[..n]
-                        .iter()
-                        .enumerate()
-                        .all(|(j, &b)| b == (j * 7 + i) as u8),
-                    "step {step}: message {i} garbled"
-                );
-            }
+            let kinds: Vec<_> = msgs.iter().map(|&(kind, n, _)| (kind, n)).collect();
+            let byte = |i, j| (j * 7 + i) as u8;
+            read_in_order(&mut f, &mut core, &mut buf, &kinds, byte, step);
             assert_eq!(f.stream.at, bytes.len(), "step {step}: all read");
             assert_eq!(core.stats.messages_in, msgs.len() as u64);
             assert!(core.ready.is_empty());
