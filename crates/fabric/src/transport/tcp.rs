@@ -6,9 +6,9 @@
 //! are served from one `recv` of up to that many bytes, so that a small
 //! message costs the receiver one system call, not one for its header and
 //! one for its payload. Larger reads go straight into the caller's buffer.
-//! A reader that takes one message at a time (its last look found the
-//! socket empty, or its last `recv` emptied it: a request and its
-//! answer), whose last message was of 4 KiB or more and whose buffer is
+//! A polling reader that takes one message at a time (its last look
+//! found the socket empty, or its last `recv` emptied it: a request and
+//! its answer), whose last message was of 4 KiB or more and whose buffer is
 //! larger than a read ahead, reads the next frame's header and payload in
 //! one `recvmsg` too: the header into the frame reader, what follows it
 //! straight into the reader's buffer (a split read,
