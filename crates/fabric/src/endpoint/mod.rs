@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pool::TokenPool;
-use crate::rx::{Core, SPINS_PER_CHECK};
+use crate::rx::{give_way, Core, SPINS_PER_CHECK};
 use crate::transport::contact::{Inbox, Incoming, NodeShared, Parcel};
 use crate::transport::porter::Dock;
 use crate::transport::tcp::COLD_EVERY;
@@ -571,6 +571,7 @@ fn wait_writable(conn: &mut dyn Connection, completion: Completion, need: usize,
         Completion::Poll => {
             std::hint::spin_loop();
             *spins += 1;
+            give_way(*spins);
             if *spins >= SPINS_PER_CHECK {
                 *spins = 0;
                 conn.check_alive();

@@ -9,7 +9,7 @@ use super::recv_sleep::{Sleeper, RECV_NAP_MOST};
 use super::waits::Waits;
 use super::{Deadline, Endpoint, HOT_SPINS};
 use crate::error::Result;
-use crate::rx::{Step, NAP, SPINS_PER_CHECK};
+use crate::rx::{give_way, Step, NAP, SPINS_PER_CHECK};
 use crate::transport::sys;
 use crate::transport::tcp::COLD_EVERY;
 use crate::types::{Completion, Recv};
@@ -37,6 +37,7 @@ impl Endpoint {
                     std::hint::spin_loop();
                 }
                 self.idle_spins += 1;
+                give_way(self.idle_spins);
                 if self.idle_spins >= SPINS_PER_CHECK {
                     self.idle_spins = HOT_SPINS;
                     for s in &mut self.slots {
