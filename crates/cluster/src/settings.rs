@@ -19,7 +19,8 @@ pub struct HealthSettings {
 pub struct StripeSettings {
     /// KiB per chunk.
     pub chunk_kib: Option<u64>,
-    /// Chunks in flight per gateway.
+    /// Chunks in flight per gateway, shared by a process's transfers
+    /// through it (each keeps at least one).
     pub window: Option<usize>,
     /// Milliseconds before an unanswered chunk is sent again.
     pub rto_ms: Option<u64>,

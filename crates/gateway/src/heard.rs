@@ -1,9 +1,10 @@
-//! When each gateway was last heard from, shared by the transfers of one
-//! process (a file server's downloads, a benchmark's flows): a gateway that
-//! acknowledged any transfer's chunk or answered any transfer's heartbeat
-//! a moment ago is alive for all of them.
+//! What the transfers of one process (a file server's downloads, a
+//! benchmark's flows) share about each gateway: when it was last heard
+//! from, and how many chunks they have in flight through it.
 //!
-//! A transfer alone judges a gateway by its own heartbeats and its own
+//! A gateway that acknowledged any transfer's chunk or answered any
+//! transfer's heartbeat a moment ago is alive for all of them. A transfer
+//! alone judges a gateway by its own heartbeats and its own
 //! chunks' round trips. Eight transfers through the same gateways queue
 //! behind each other there: one transfer's heartbeat waits behind the
 //! others' chunks, and its own last round trip may be from before the
@@ -15,18 +16,27 @@
 //! how a transfer's own connection to it fares: chunks that wait too long
 //! on one are sent again elsewhere by their timeouts.
 //!
+//! How many transfers use a gateway and their chunks in flight are shared
+//! so that the transfers share one window at each gateway (see
+//! [`crate::stripe`]) rather than queue a window each there.
+//!
 //! ```text
 //!  transfer A ── ack via gw 1 ──► hear(gw 1, now) ──► Heard ──► news() ──► transfer B's
 //!                                                                          Health::heard(1)
+//!  transfer A ── fly(gw 1, 3) ───────────────────────► Heard ──► others(gw 1) ──► B's
+//!                                                                          Striper::set_others
 //! ```
 //!
 //! Each transfer looks its gateways up once ([`Heard::watch`]); after that
-//! hearing and taking news are one atomic operation per gateway, no lock.
+//! hearing, taking news and telling or asking what is in flight are one
+//! atomic operation per gateway, no lock. A transfer and its chunks leave
+//! the counts when its [`Watch`] is dropped.
 
 use crate::health::Health;
+use crate::stripe::Others;
 use crate::{Gw, Nanos};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A gateway as every transfer names it: (node, endpoint).
@@ -36,7 +46,18 @@ pub type GatewayId = (u32, u32);
 /// use the same gateways (a server, a benchmark run): two clusters in one
 /// process each keep their own.
 #[derive(Clone, Debug, Default)]
-pub struct Heard(Arc<Mutex<HashMap<GatewayId, Arc<AtomicU64>>>>);
+pub struct Heard(Arc<Mutex<HashMap<GatewayId, Arc<Slot>>>>);
+
+/// One gateway's entry.
+#[derive(Debug, Default)]
+struct Slot {
+    /// When some transfer last heard from it.
+    heard: AtomicU64,
+    /// Chunks in flight through it, of every transfer.
+    flying: AtomicUsize,
+    /// Transfers that use it (their [`Watch`]es).
+    transfers: AtomicUsize,
+}
 
 impl Heard {
     /// An empty table.
@@ -47,21 +68,34 @@ impl Heard {
     /// One transfer's view of `gateways` (in its lane's order).
     pub fn watch(&self, gateways: &[GatewayId]) -> Watch {
         let mut table = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let slots: Vec<Arc<AtomicU64>> = gateways
+        let slots: Vec<Arc<Slot>> = gateways
             .iter()
             .map(|g| table.entry(*g).or_default().clone())
             .collect();
-        let seen = slots.iter().map(|s| s.load(Ordering::Relaxed)).collect();
-        Watch { slots, seen }
+        for s in &slots {
+            s.transfers.fetch_add(1, Ordering::Relaxed);
+        }
+        let seen = slots
+            .iter()
+            .map(|s| s.heard.load(Ordering::Relaxed))
+            .collect();
+        let flying = vec![0; slots.len()];
+        Watch {
+            slots,
+            seen,
+            flying,
+        }
     }
 }
 
 /// One transfer's handle on the [`Heard`] entries of its gateways.
 #[derive(Debug)]
 pub struct Watch {
-    slots: Vec<Arc<AtomicU64>>,
+    slots: Vec<Arc<Slot>>,
     /// What this transfer last took from each slot.
     seen: Vec<Nanos>,
+    /// This transfer's chunks in flight through each, as last told.
+    flying: Vec<usize>,
 }
 
 impl Watch {
@@ -69,7 +103,7 @@ impl Watch {
     /// see `Health::is_up`).
     pub fn hear(&mut self, gw: Gw, now: Nanos) {
         if let Some(s) = self.slots.get(gw) {
-            s.fetch_max(now, Ordering::Relaxed);
+            s.heard.fetch_max(now, Ordering::Relaxed);
             self.seen[gw] = self.seen[gw].max(now);
         }
     }
@@ -79,11 +113,44 @@ impl Watch {
     /// does not bring back a gateway this transfer took out of use).
     pub fn news(&mut self, health: &mut Health) {
         for (gw, s) in self.slots.iter().enumerate() {
-            let at = s.load(Ordering::Relaxed);
+            let at = s.heard.load(Ordering::Relaxed);
             if at > self.seen[gw] {
                 self.seen[gw] = at;
                 health.heard(gw);
             }
+        }
+    }
+
+    /// This transfer has `n` chunks in flight through `gw`.
+    pub fn fly(&mut self, gw: Gw, n: usize) {
+        let (Some(s), Some(mine)) = (self.slots.get(gw), self.flying.get_mut(gw)) else {
+            return;
+        };
+        if n > *mine {
+            s.flying.fetch_add(n - *mine, Ordering::Relaxed);
+        } else {
+            s.flying.fetch_sub(*mine - n, Ordering::Relaxed);
+        }
+        *mine = n;
+    }
+
+    /// The other transfers through `gw`, and their chunks in flight.
+    pub fn others(&self, gw: Gw) -> Others {
+        match (self.slots.get(gw), self.flying.get(gw)) {
+            (Some(s), Some(mine)) => Others {
+                transfers: s.transfers.load(Ordering::Relaxed).saturating_sub(1),
+                chunks: s.flying.load(Ordering::Relaxed).saturating_sub(*mine),
+            },
+            _ => Others::default(),
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        for gw in 0..self.slots.len() {
+            self.fly(gw, 0);
+            self.slots[gw].transfers.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -191,5 +258,31 @@ mod tests {
             out.contains(&HealthEvent::Down(1)),
             "old news counts once: {out:?}"
         );
+    }
+
+    #[test]
+    fn each_transfer_sees_the_others_and_their_chunks_in_flight_until_they_end() {
+        let heard = Heard::new();
+        let mut a = heard.watch(&[(1, 1), (2, 1)]);
+        let mut b = heard.watch(&[(2, 1), (1, 1)]);
+        let stranger = Heard::new().watch(&[(1, 1)]);
+        let others = |transfers, chunks| Others { transfers, chunks };
+        a.fly(0, 3); // node 1
+        a.fly(1, 2); // node 2
+        b.fly(0, 4); // node 2
+        assert_eq!((b.others(0), b.others(1)), (others(1, 2), others(1, 3)));
+        assert_eq!((a.others(0), a.others(1)), (others(1, 0), others(1, 4)));
+        assert_eq!(stranger.others(0), others(0, 0), "another table");
+        // Answers come back and chunks go: the counts follow, either way.
+        a.fly(0, 1);
+        b.fly(0, 6);
+        assert_eq!((b.others(1), a.others(1)), (others(1, 1), others(1, 6)));
+        drop(b);
+        assert_eq!(a.others(1), others(0, 0), "an ended transfer leaves");
+        let c = heard.watch(&[(1, 1)]);
+        assert_eq!(c.others(0), others(1, 1));
+        drop(a);
+        assert_eq!(c.others(0), others(0, 0));
+        assert_eq!(c.others(7), others(0, 0), "a gateway it does not use");
     }
 }

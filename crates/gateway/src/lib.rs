@@ -17,7 +17,8 @@
 //! A gateway with several storage-side links spreads its messages over them
 //! ([`rails::Rails`]); a transfer's view of which gateways it may use, and
 //! when to dial one again, is [`lanes::Lanes`]. Transfers of one process
-//! tell each other which gateways they heard from ([`heard::Heard`]).
+//! tell each other which gateways they heard from, and share each
+//! gateway's window ([`heard::Heard`], `Striper::set_others`).
 //!
 //! The driver loop: feed `Health::on_reply` / `Striper::on_ack` as answers
 //! arrive, call `Health::poll(now)` and `Striper::poll_transmit(now)` for what

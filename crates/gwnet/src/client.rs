@@ -301,6 +301,7 @@ pub fn stripe(
         wait = Duration::from_millis(1);
         let now = clock_ns();
         run.judge(ep, now, &mut head);
+        run.share();
         // A gateway whose connection is still full gets no chunk this
         // pass: the write would wait there while the others ran dry (the
         // sender's own links are the shaped ones when a server sends).
@@ -329,6 +330,8 @@ pub fn stripe(
                 gws.down(tx.gw, striper, Some(health));
             }
         }
+        // The others see these chunks before this loop waits for answers.
+        run.share();
         // Asked every pass, not on acknowledgements only: a transfer
         // cancelled while none come (its receiver failed) ends now, not
         // when patience runs out.

@@ -11,7 +11,7 @@ use macrolink_gwnet::client::{send, stripe, SendConfig, SendReport};
 use macrolink_gwnet::{endpoint_config, relay, sink};
 use macrolink_testbed::data::pattern;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +110,58 @@ fn a_transfer_striped_over_two_relays_arrives_whole() {
         assert!(kind("ack") >= 1 && m.bytes.get() >= *sent * (256 << 10));
         assert!(m.heartbeats.get() >= 1);
     }
+}
+
+/// Transfers of one process that share a [`Heard`] table share each
+/// gateway's window through it: each tells the table its chunks in flight
+/// there as it goes, and it and they leave the counts when it ends, so
+/// that a transfer started later is not held back by earlier ones.
+#[test]
+fn transfers_sharing_a_table_count_their_chunks_in_flight_there_until_they_end() {
+    let sink = start_sink("127.0.0.1:0");
+    let relays: Vec<_> = [41, 42]
+        .iter()
+        .map(|&id| (id, start_relay(id, &[(SINK, sink)])))
+        .collect();
+    let compute = node(1, "127.0.0.1:0", &relays);
+    let gws: Vec<Addr> = relays.iter().map(|(id, _)| Addr::new(*id, 1)).collect();
+    let heard = Heard::new();
+    let observer = heard.watch(&[(41, 1), (42, 1)]);
+    let most = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let reports: Vec<SendReport> = std::thread::scope(|s| {
+        let flows: Vec<_> = (0..3u32)
+            .map(|f| {
+                let (compute, gws, heard, observer, most) =
+                    (&compute, &gws, &heard, &observer, &most);
+                s.spawn(move || {
+                    let mut ep = compute.open(1 + f, endpoint_config()).unwrap();
+                    let data = pattern(4 << 20, u64::from(f));
+                    let cfg = SendConfig {
+                        heard: Some(heard.clone()),
+                        ..cfg()
+                    };
+                    let mut seen = |_: u64, _: u64| {
+                        for (gw, m) in most.iter().enumerate() {
+                            m.fetch_max(observer.others(gw).chunks, Ordering::Relaxed);
+                        }
+                    };
+                    let to = Addr::new(SINK, 1);
+                    send(&mut ep, gws, to, 30 + u64::from(f), &data, cfg, &mut seen).unwrap()
+                })
+            })
+            .collect();
+        flows.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in &reports {
+        assert!(r.verified && r.bytes == 4 << 20, "{r:?}");
+    }
+    let most = most.map(|m| m.into_inner());
+    assert!(
+        most.iter().all(|&m| m >= 1),
+        "counted while in flight: {most:?}"
+    );
+    let left = (observer.others(0), observer.others(1));
+    assert_eq!(left, Default::default(), "none once all have ended");
 }
 
 /// PaScal's two levels: compute to gateways over UCX (here forced onto

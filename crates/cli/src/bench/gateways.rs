@@ -18,7 +18,8 @@ pub struct Args {
     /// Seconds per iperf3 run.
     #[arg(long, default_value_t = 3)]
     seconds: u32,
-    /// Chunks in flight per gateway.
+    /// Chunks in flight per gateway, shared by the 8 transfers (each
+    /// keeps at least one).
     #[arg(long, default_value_t = 4)]
     window: usize,
     /// Runs of each kind per number of gateways, alternated (one striped

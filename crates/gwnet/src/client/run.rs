@@ -93,7 +93,8 @@ pub(super) struct Run {
     pub(super) striper: Striper,
     pub(super) health: Health,
     pub(super) gws: Gateways,
-    /// What the other transfers of this process hear from the gateways.
+    /// What the other transfers of this process hear from the gateways,
+    /// and have in flight through them.
     pub(super) watch: Option<Watch>,
     pub(super) events: Vec<HealthEvent>,
     pub(super) acked: u64,
@@ -139,6 +140,17 @@ impl Run {
     fn publish(&mut self, gw: usize, now: u64) {
         if let Some(w) = self.watch.as_mut().filter(|_| self.health.is_up(gw)) {
             w.hear(gw, now);
+        }
+    }
+
+    /// Tells the other transfers how many chunks this one has in flight
+    /// through each gateway, and the striper how many they have: the
+    /// window at each gateway is theirs and this one's together.
+    pub(super) fn share(&mut self) {
+        let Some(w) = &mut self.watch else { return };
+        for gw in 0..self.gws.addrs.len() {
+            w.fly(gw, self.striper.in_flight(gw));
+            self.striper.set_others(gw, w.others(gw));
         }
     }
 
