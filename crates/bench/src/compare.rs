@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::peers::{self, iperf3, sockperf, ucx_perftest};
 use crate::proto::Test;
 use crate::session::Session;
+use crate::stats::MedianInterval;
 use crate::sweep;
 
 mod alternate;
@@ -60,8 +61,8 @@ pub struct Row {
     pub ratio: Option<f64>,
     /// What the ratio should be.
     pub target: String,
-    /// Whether it is.
-    pub met: Option<bool>,
+    /// Whether it is, as far as the runs behind it can tell.
+    pub met: Option<Verdict>,
     /// How our side waits for work (`poll`, `wait`).
     pub ours_regime: &'static str,
     /// How the peer's side does.
@@ -78,6 +79,10 @@ pub struct Row {
     /// moved the ratio while the row ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs: Option<(f64, f64)>,
+    /// The interval that holds the median of those runs' ratios, and at
+    /// what confidence: what the verdict is of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<MedianInterval>,
     /// What the machine's host took during those runs, and the ratio of
     /// the pairs it took (next to) nothing from.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,6 +110,8 @@ impl Row {
     fn pairs(mut self, pairs: Pairs) -> Row {
         self.pairs = pairs.spread();
         self.host = pairs.host();
+        self.interval = pairs.interval();
+        self.met = verdict(self.goal, self.ratio, self.interval);
         self
     }
 
@@ -149,6 +156,41 @@ enum Goal {
     Info,
 }
 
+/// Whether a row's ratio meets its target, as far as the runs behind it
+/// can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The ratio meets the target, and so does all of its interval (or it
+    /// is of one run).
+    Yes,
+    /// Neither the ratio nor any of its interval does.
+    No,
+    /// The interval reaches across the target: at the noise these runs
+    /// met, they cannot tell.
+    Tie,
+}
+
+/// The verdict on `ratio` against `goal`: of the ratio alone where no
+/// interval is known, else a tie unless the ratio and both ends of the
+/// interval agree. `None` without a ratio or a target.
+fn verdict(goal: Goal, ratio: Option<f64>, interval: Option<MedianInterval>) -> Option<Verdict> {
+    let holds = |x: f64| match goal {
+        Goal::AtMost(limit) => Some(x <= limit),
+        Goal::AtLeast(limit) => Some(x >= limit),
+        Goal::Info => None,
+    };
+    let point = holds(ratio?)?;
+    let ends = interval.map_or([point; 2], |i| {
+        [holds(i.lo) == Some(true), holds(i.hi) == Some(true)]
+    });
+    Some(match (point, ends) {
+        (true, [true, true]) => Verdict::Yes,
+        (false, [false, false]) => Verdict::No,
+        _ => Verdict::Tie,
+    })
+}
+
 fn row(
     figure: &str,
     unit: &'static str,
@@ -161,11 +203,12 @@ fn row(
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
-    let (target, met) = match goal {
-        Goal::AtMost(x) => (format!("<= {x}"), ratio.map(|r| r <= x)),
-        Goal::AtLeast(x) => (format!(">= {x}"), ratio.map(|r| r >= x)),
-        Goal::Info => ("-".into(), None),
+    let target = match goal {
+        Goal::AtMost(x) => format!("<= {x}"),
+        Goal::AtLeast(x) => format!(">= {x}"),
+        Goal::Info => "-".into(),
     };
+    let met = verdict(goal, ratio, None);
     Row {
         figure: figure.into(),
         unit,
@@ -181,6 +224,7 @@ fn row(
         theirs_p99: None,
         note: None,
         pairs: None,
+        interval: None,
         host: None,
         placement: None,
         goal,
@@ -749,6 +793,79 @@ fn shared_memory_only(tls: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Fifteen pairs, ours at `ours[i]` against the peer's 1.0.
+    fn fifteen(ours: impl Fn(usize) -> f64) -> Pairs {
+        let runs: Vec<_> = (0..15).map(|i| (ours(i), 1.0, None, None)).collect();
+        Pairs::of(&runs)
+    }
+
+    #[test]
+    fn a_verdict_stands_where_the_ratio_and_all_of_its_interval_agree_and_else_is_a_tie() {
+        let judged = |goal, pairs: Pairs| {
+            let ours = median(pairs.ratios());
+            row("lat", "us", ours, "peer", Some(1.0), goal).pairs(pairs)
+        };
+        // All fifteen ahead, or all behind: the verdict stands.
+        let ahead = judged(Goal::AtMost(1.0), fifteen(|i| 0.90 + 0.005 * i as f64));
+        assert_eq!(ahead.met, Some(Verdict::Yes));
+        let i = ahead.interval.unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(
+            close(i.lo, 0.915) && close(i.hi, 0.955),
+            "the 4th and the 12th of 15: {i:?}"
+        );
+        let behind = judged(Goal::AtMost(1.0), fifteen(|i| 1.05 + 0.01 * i as f64));
+        assert_eq!(behind.met, Some(Verdict::No));
+        // At parity, the ratio on the target's side but not all of its
+        // interval: a tie, either way round.
+        let even = judged(Goal::AtMost(1.0), fifteen(|i| 0.97 + 0.005 * i as f64));
+        assert!(close(even.ratio.unwrap(), 1.005));
+        assert_eq!(even.met, Some(Verdict::Tie));
+        let even = judged(Goal::AtMost(1.0), fifteen(|i| 0.96 + 0.005 * i as f64));
+        assert!(close(even.ratio.unwrap(), 0.995));
+        assert_eq!(even.met, Some(Verdict::Tie));
+        // One pair far off does not move it: 14 of 15 ahead.
+        let one_off = judged(
+            Goal::AtMost(1.0),
+            fifteen(|i| if i == 3 { 1.5 } else { 0.9 }),
+        );
+        assert_eq!(one_off.met, Some(Verdict::Yes));
+        // At least: three pairs of bandwidth, one below.
+        let three = |r: [f64; 3]| Pairs::of(&r.map(|o| (o, 1.0, None, None)));
+        let bw = judged(Goal::AtLeast(1.0), three([1.5, 1.6, 1.7]));
+        assert_eq!(bw.met, Some(Verdict::Yes));
+        assert_eq!(bw.interval.unwrap().confidence, 0.75);
+        let bw = judged(Goal::AtLeast(1.0), three([0.62, 0.70, 1.28]));
+        assert_eq!(bw.met, Some(Verdict::Tie));
+        // A row of one run is judged on its ratio; one without a target
+        // or a peer's figure is not judged.
+        let one = row(
+            "cpu",
+            "%",
+            Some(11.8),
+            "limit",
+            Some(10.0),
+            Goal::AtMost(1.0),
+        );
+        assert_eq!((one.met, one.interval), (Some(Verdict::No), None));
+        let info =
+            row("lat", "us", Some(1.0), "peer", Some(2.0), Goal::Info).pairs(fifteen(|_| 0.5));
+        assert_eq!(info.met, None);
+        // The table says so, with the interval and its confidence.
+        let i = even.interval.unwrap();
+        let t = table(&[even]);
+        let line = t.lines().nth(1).unwrap();
+        assert!(line.ends_with("tie"), "{t}");
+        assert!(
+            line.contains(&format!("{:.2}-{:.2} 96%", i.lo, i.hi)),
+            "{t}"
+        );
+        assert!(t.contains("median in: where the median"), "{t}");
+        let json = serde_json::to_value(&one_off).unwrap();
+        assert_eq!(json["met"], "yes");
+        assert_eq!(json["interval"]["lo"], 0.9);
+    }
+
     #[test]
     fn each_row_says_both_regimes_and_latency_rows_both_p99s() {
         let rows = [
@@ -777,7 +894,7 @@ mod tests {
             .regimes(WAIT, BLOCKING),
         ];
         assert_eq!(rows[0].ratio, Some(2.0));
-        assert_eq!(rows[0].met, Some(false));
+        assert_eq!(rows[0].met, Some(Verdict::No));
         assert_eq!(rows[1].met, None, "no peer figure, no verdict");
         let t = table(&rows);
         let lines: Vec<&str> = t.lines().collect();
@@ -888,7 +1005,7 @@ mod tests {
         );
         let rows = [unlike(1_000_000), judged, unlike(4_000_000)];
         assert_eq!(rows[0].met, None);
-        assert_eq!(rows[1].met, Some(false));
+        assert_eq!(rows[1].met, Some(Verdict::No));
         let t = table(&rows);
         let lines: Vec<&str> = t.lines().collect();
         assert!(

@@ -251,12 +251,15 @@ pub struct RatioMark {
     pub ratio: f64,
     /// The lowest and the highest ratio of the runs behind it, if several.
     pub spread: Option<(f64, f64)>,
+    /// Where the median of those runs' ratios lies, as far as they tell.
+    pub interval: Option<(f64, f64)>,
     /// The target's limit.
     pub limit: f64,
     /// The ratio must stay at or below the limit (else at or above it).
     pub at_most: bool,
-    /// Whether it does.
-    pub met: bool,
+    /// Whether it does: `None` where the runs behind it cannot tell (its
+    /// interval reaches across the target).
+    pub met: Option<bool>,
 }
 
 /// The ratios a picture spans (log scale): what lies outside is drawn at
@@ -265,9 +268,10 @@ pub const RATIO_SPAN: (f64, f64) = (0.5, 2.0);
 
 /// Draws each ratio on its own line, first at the top, over ratios
 /// [`RATIO_SPAN`] on a log scale: a dot (green where its target is met,
-/// red where not), a bar through it from the lowest to the highest ratio
-/// of the runs behind it, its target as a black tick, and parity (1.0) as
-/// a grey line.
+/// red where not, amber where the runs behind it cannot tell), a line
+/// through it from the lowest to the highest ratio of those runs and a
+/// thicker bar over where their median lies, its target as a black tick,
+/// and parity (1.0) as a grey line.
 pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Result<()> {
     anyhow::ensure!(!marks.is_empty(), "no ratio with a target to draw");
     register_font()?;
@@ -297,8 +301,8 @@ pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Resu
     chart
         .configure_mesh()
         .x_desc(
-            "ours / theirs (log scale): green met, red missed; bar: the runs behind it; \
-             black tick: the target",
+            "ours / theirs (log scale): green met, red missed, amber a tie; line: the runs \
+             behind it, bar: where their median lies; black tick: the target",
         )
         .x_label_formatter(&|x| format!("{x:.2}"))
         .y_labels(n)
@@ -311,16 +315,18 @@ pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Resu
         RGBColor(160, 160, 160).stroke_width(1),
     )))?;
     for (i, m) in marks.iter().enumerate() {
-        let color = if m.met {
-            RGBColor(0, 140, 60)
-        } else {
-            RGBColor(200, 30, 30)
+        let color = match m.met {
+            Some(true) => RGBColor(0, 140, 60),
+            Some(false) => RGBColor(200, 30, 30),
+            None => RGBColor(215, 135, 0),
         };
-        if let Some((a, b)) = m.spread {
-            chart.draw_series(std::iter::once(PathElement::new(
-                vec![(clip(a), at(i)), (clip(b), at(i))],
-                color.stroke_width(2),
-            )))?;
+        for (span, width) in [(m.spread, 2), (m.interval, 7)] {
+            if let Some((a, b)) = span {
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(clip(a), at(i)), (clip(b), at(i))],
+                    color.mix(0.55).stroke_width(width),
+                )))?;
+            }
         }
         let tick = EmptyElement::at((clip(m.limit), at(i)))
             + Rectangle::new([(-1, -11), (1, 11)], BLACK.filled());
@@ -343,11 +349,12 @@ pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Resu
 mod tests {
     use super::*;
 
-    fn mark(label: &str, ratio: f64, met: bool) -> RatioMark {
+    fn mark(label: &str, ratio: f64, met: Option<bool>) -> RatioMark {
         RatioMark {
             label: label.into(),
             ratio,
             spread: Some((ratio * 0.9, ratio * 1.1)),
+            interval: Some((ratio * 0.95, ratio * 1.05)),
             limit: 1.0,
             at_most: true,
             met,
@@ -414,15 +421,25 @@ mod tests {
         let p = d.path().join("ratios.png");
         // One beyond the span on each side: drawn at its edges.
         let marks = [
-            mark("shm 8 B", 0.96, true),
-            mark("tcp 64 B", 1.11, false),
-            mark("target CPU", 7.84, false),
-            mark("put target CPU", 0.0, true),
+            mark("shm 8 B", 0.96, Some(true)),
+            mark("tcp 64 B", 1.11, Some(false)),
+            mark("target CPU", 7.84, Some(false)),
+            mark("put target CPU", 0.0, Some(true)),
         ];
         ratios_png(&p, "ratios", &marks).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
         assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+        // Each verdict in its own colour: a tie is amber, and only a tie.
+        let has = |p: &Path, rgb: [u8; 3]| {
+            let img = image::open(p).unwrap().to_rgb8();
+            img.pixels().any(|px| px.0 == rgb)
+        };
+        let (green, red, amber) = ([0, 140, 60], [200, 30, 30], [215, 135, 0]);
+        assert!(has(&p, green) && has(&p, red) && !has(&p, amber));
+        let tie = d.path().join("tie.png");
+        ratios_png(&tie, "tie", &[mark("tcp 64 B", 1.0, None)]).unwrap();
+        assert!(has(&tie, amber) && !has(&tie, green) && !has(&tie, red));
         assert!(ratios_png(&d.path().join("none.png"), "none", &[]).is_err());
         assert!(!d.path().join("none.png").exists());
     }

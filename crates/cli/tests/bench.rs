@@ -755,6 +755,15 @@ fn compare_makes_only_the_groups_asked_for_with_the_pairs_asked_for() {
         counted,
         "{lat}"
     );
+    // Its verdict is of the interval that holds its pairs' median ratio.
+    let i = &lat["interval"];
+    let (lo, hi, sure) = (num(i, "lo"), num(i, "hi"), num(i, "confidence"));
+    assert!(lo > 0.0 && lo <= hi && sure > 0.0 && sure < 1.0, "{lat}");
+    assert!(
+        ["yes", "no", "tie"].contains(&lat["met"].as_str().unwrap()),
+        "{lat}"
+    );
+    assert!(table.contains("median in: where the median"), "{table}");
     assert!(
         table.contains("placement: shm 8 B ping-pong, half rt, median of 3"),
         "{table}"

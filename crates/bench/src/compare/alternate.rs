@@ -15,6 +15,7 @@
 //! ```
 
 pub(super) use crate::stats::median;
+use crate::stats::{median_interval, MedianInterval};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -176,6 +177,22 @@ impl Pairs {
     /// divide).
     pub(super) fn spread(&self) -> Option<Spread> {
         spread(self.runs.iter().map(|p| (p.ours, p.theirs)))
+    }
+
+    /// The pairs' ours / theirs, of those with a peer's figure to divide
+    /// by.
+    pub(super) fn ratios(&self) -> Vec<f64> {
+        self.runs
+            .iter()
+            .filter(|p| p.theirs > 0.0)
+            .map(|p| p.ours / p.theirs)
+            .collect()
+    }
+
+    /// The interval that holds the median of the pairs' ours / theirs
+    /// (`stats::median_interval`); `None` without two pairs to divide.
+    pub(super) fn interval(&self) -> Option<MedianInterval> {
+        median_interval(self.ratios())
     }
 
     /// What the host took during the pairs; `None` without a pair.

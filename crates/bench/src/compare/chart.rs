@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{Goal, Row};
+use super::{Goal, Row, Verdict};
 use crate::plot::{ratios_png, RatioMark};
 
 /// The rows that have both a ratio and a target, in table order, each
@@ -19,9 +19,14 @@ pub fn marks(rows: &[Row]) -> Vec<RatioMark> {
                 label: format!("{} ({} / {})", r.figure, r.ours_regime, r.peer_regime),
                 ratio: r.ratio?,
                 spread: r.pairs,
+                interval: r.interval.map(|i| (i.lo, i.hi)),
                 limit,
                 at_most,
-                met: r.met?,
+                met: match r.met? {
+                    Verdict::Yes => Some(true),
+                    Verdict::No => Some(false),
+                    Verdict::Tie => None,
+                },
             })
         })
         .collect()
@@ -70,15 +75,33 @@ mod tests {
                 Some(100.0),
                 Goal::AtLeast(0.9),
             ),
+            row(
+                "even",
+                "us",
+                Some(0.95),
+                "peer",
+                Some(1.0),
+                Goal::AtMost(1.0),
+            )
+            .pairs(super::super::Pairs::of(&[
+                (0.9, 1.0, None, None),
+                (1.05, 1.0, None, None),
+                (0.95, 1.0, None, None),
+            ])),
         ];
         let m = marks(&rows);
-        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m.len(), 3, "{m:?}");
         assert_eq!(m[0].label, "lat (poll / busy poll)");
         assert!((m[0].ratio - 1.2).abs() < 1e-9);
         assert_eq!(m[0].spread, Some((1.1, 1.3)));
-        assert!(m[0].at_most && !m[0].met && m[0].limit == 1.0);
+        assert_eq!(m[0].interval, Some((1.1, 1.3)), "two pairs: both");
+        assert!(m[0].at_most && m[0].met == Some(false) && m[0].limit == 1.0);
         assert_eq!(m[1].label, "bw (- / -)");
-        assert!(!m[1].at_most && m[1].met && m[1].limit == 0.9);
-        assert_eq!(m[1].spread, None);
+        assert!(!m[1].at_most && m[1].met == Some(true) && m[1].limit == 0.9);
+        assert_eq!((m[1].spread, m[1].interval), (None, None));
+        // Its ratio meets the target, one pair does not: the runs cannot
+        // tell.
+        assert_eq!(m[2].interval, Some((0.9, 1.05)));
+        assert_eq!(m[2].met, None, "a tie");
     }
 }
