@@ -793,7 +793,7 @@ fn shared_memory_only(tls: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Fifteen pairs, ours at `ours[i]` against the peer's 1.0.
+    /// Fifteen pairs, ours at `ours(i)` against the peer's 1.0.
     fn fifteen(ours: impl Fn(usize) -> f64) -> Pairs {
         let runs: Vec<_> = (0..15).map(|i| (ours(i), 1.0, None, None)).collect();
         Pairs::of(&runs)
@@ -816,8 +816,8 @@ mod tests {
         );
         let behind = judged(Goal::AtMost(1.0), fifteen(|i| 1.05 + 0.01 * i as f64));
         assert_eq!(behind.met, Some(Verdict::No));
-        // At parity, the ratio on the target's side but not all of its
-        // interval: a tie, either way round.
+        // At parity, the ratio just over the target or just under it, its
+        // interval across it: a tie either way.
         let even = judged(Goal::AtMost(1.0), fifteen(|i| 0.97 + 0.005 * i as f64));
         assert!(close(even.ratio.unwrap(), 1.005));
         assert_eq!(even.met, Some(Verdict::Tie));

@@ -65,7 +65,7 @@ pub struct MedianInterval {
 /// holds the median of whatever `v` was drawn from with at least
 /// [`MEDIAN_CONFIDENCE`], for the largest such k: each sample falls below
 /// the median with a chance of one half, so the interval misses it with
-/// the chance that k or fewer samples fall on one side, 2 P(Bin(n, 1/2) < k)
+/// the chance that fewer than k fall on one side, 2 P(Bin(n, 1/2) < k)
 /// (the sign test's interval; nothing is assumed of the distribution but
 /// that the samples are drawn alike and apart). Fewer than five samples
 /// cannot give that confidence: their interval is from the lowest to the
