@@ -301,8 +301,8 @@ pub fn ratios_png(path: &Path, title: &str, marks: &[RatioMark]) -> anyhow::Resu
     chart
         .configure_mesh()
         .x_desc(
-            "ours / theirs (log scale): green met, red missed, amber a tie; line: the runs \
-             behind it, bar: where their median lies; black tick: the target",
+            "ours / theirs (log scale): green met, red missed, amber a tie; line: its runs, \
+             bar: their median's interval; tick: the target",
         )
         .x_label_formatter(&|x| format!("{x:.2}"))
         .y_labels(n)
