@@ -176,17 +176,18 @@ impl Pairs {
     /// The lowest and the highest ours / theirs (`None` without a pair to
     /// divide).
     pub(super) fn spread(&self) -> Option<Spread> {
-        spread(self.runs.iter().map(|p| (p.ours, p.theirs)))
+        spread(self.figures())
+    }
+
+    /// Each pair's ours and theirs.
+    fn figures(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.runs.iter().map(|p| (p.ours, p.theirs))
     }
 
     /// The pairs' ours / theirs, of those with a peer's figure to divide
     /// by.
     pub(super) fn ratios(&self) -> Vec<f64> {
-        self.runs
-            .iter()
-            .filter(|p| p.theirs > 0.0)
-            .map(|p| p.ours / p.theirs)
-            .collect()
+        ratios(self.figures()).collect()
     }
 
     /// The interval that holds the median of the pairs' ours / theirs
@@ -314,13 +315,17 @@ pub(super) type Spread = (f64, f64);
 /// The lowest and the highest ours / theirs of runs made back to back
 /// (`None` without a pair to divide).
 fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
+    ratios(pairs).fold(None, |acc, r| {
+        Some(acc.map_or((r, r), |(lo, hi): (f64, f64)| (lo.min(r), hi.max(r))))
+    })
+}
+
+/// Ours / theirs of each pair with a peer's figure to divide by.
+fn ratios(pairs: impl IntoIterator<Item = (f64, f64)>) -> impl Iterator<Item = f64> {
     pairs
         .into_iter()
         .filter(|&(_, b)| b > 0.0)
         .map(|(a, b)| a / b)
-        .fold(None, |acc, r| {
-            Some(acc.map_or((r, r), |(lo, hi): (f64, f64)| (lo.min(r), hi.max(r))))
-        })
 }
 
 /// The fewest messages of `size` bytes a bandwidth pair's runs move: as
