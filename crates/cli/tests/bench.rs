@@ -724,6 +724,19 @@ fn compare_makes_only_the_groups_asked_for_with_the_pairs_asked_for() {
         assert!(num(r, "ours") >= 0.0, "{r}");
         assert_eq!(r["ours_regime"], "wait", "{r}");
     }
+    // A target's CPU is judged beside the limit at the bandwidth it was
+    // measured at, which the row names.
+    for r in rows
+        .iter()
+        .filter(|r| r["figure"].as_str().unwrap().ends_with("target CPU"))
+    {
+        let peer = r["peer"].as_str().unwrap();
+        let mb = peer
+            .strip_suffix(" MB/s")
+            .and_then(|p| p.rsplit_once(", at "))
+            .and_then(|(_, mb)| mb.parse::<f64>().ok());
+        assert!(mb.is_some_and(|mb| mb > 0.0), "{r}");
+    }
     assert!(!table.contains("ping-pong"), "{table}");
 
     let (table, rows) = compare("shm");

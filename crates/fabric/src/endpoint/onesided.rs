@@ -11,6 +11,7 @@
 //! put that wrote it was notified.
 
 use macrolink_wire::{Flags, FrameKind, Header, Refusal};
+use std::cell::OnceCell;
 use std::ptr::NonNull;
 
 use super::{Deadline, Endpoint, Route};
@@ -120,7 +121,7 @@ impl Endpoint {
         while self.core.puts.next_busy() {
             self.progress()?;
             if self.core.puts.next_busy() {
-                self.idle(Deadline::Never, None)?;
+                self.idle(Deadline::Never, &OnceCell::new(), None)?;
             }
         }
         self.conn_mut(peer, slot, gen)?;
@@ -308,7 +309,7 @@ impl Endpoint {
                 continue;
             }
             if !self.progress()? {
-                self.idle(Deadline::Never, None)?;
+                self.idle(Deadline::Never, &OnceCell::new(), None)?;
             }
         }
     }
@@ -349,7 +350,7 @@ impl Endpoint {
                         }
                     }
                     if !self.progress()? {
-                        self.idle(Deadline::Never, None)?;
+                        self.idle(Deadline::Never, &OnceCell::new(), None)?;
                     }
                 }
             }

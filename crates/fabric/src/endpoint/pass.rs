@@ -2,6 +2,7 @@
 //! the UCX worker, moving what came along, and the read that loops over
 //! passes until a message is delivered or its deadline comes.
 
+use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::alone::Alone;
@@ -71,19 +72,21 @@ impl Endpoint {
                 continue;
             }
             // Reading the clock costs as much as a pass: while polling, look
-            // at it every 256 idle passes only.
+            // at it every 256 idle passes only; while waiting, once a sleep,
+            // and the sleep takes that reading for what it times.
             let polling = self.core.completion == Completion::Poll;
+            let now = OnceCell::new();
             match deadline {
                 Deadline::Now => return Ok(None),
                 Deadline::At(t)
                     if (!polling || (self.idle_spins + 1).is_multiple_of(256))
-                        && Instant::now() >= t =>
+                        && *now.get_or_init(Instant::now) >= t =>
                 {
                     return Ok(None)
                 }
                 _ => {}
             }
-            if let Some(r) = self.idle(deadline, Some(&mut *buf))? {
+            if let Some(r) = self.idle(deadline, &now, Some(&mut *buf))? {
                 self.delivered();
                 self.flush_ctrl();
                 return Ok(Some(r));

@@ -3,6 +3,7 @@
 //! of everything that may stir it, and offers a waiting read's buffer to
 //! the connection likely to fill it.
 
+use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::recv_sleep::{Sleeper, RECV_NAP_MOST};
@@ -22,9 +23,13 @@ const UDP: usize = 1;
 impl Endpoint {
     /// Nothing moved: spin or sleep. `user`, the buffer of a waiting read,
     /// may receive a message during the sleep, which is then returned.
+    /// `now` is the clock read once for the sleep (read here if the caller
+    /// did not): the deadline, the sleep's length and the UDP socket's
+    /// turn are all taken from that one reading.
     pub(super) fn idle(
         &mut self,
         deadline: Deadline,
+        now: &OnceCell<Instant>,
         user: Option<&mut [u8]>,
     ) -> Result<Option<Recv>> {
         match self.core.completion {
@@ -48,7 +53,7 @@ impl Endpoint {
                 }
                 Ok(None)
             }
-            Completion::Wait => self.sleep(deadline, user),
+            Completion::Wait => self.sleep(deadline, now, user),
         }
     }
 
@@ -59,9 +64,10 @@ impl Endpoint {
     pub(super) fn sleep(
         &mut self,
         deadline: Deadline,
+        now: &OnceCell<Instant>,
         mut user: Option<&mut [u8]>,
     ) -> Result<Option<Recv>> {
-        let one = self.recv_sleeper(deadline);
+        let one = self.recv_sleeper(deadline, now);
         if one.is_none() {
             self.recv_sleep.none_to_sleep_in();
         }
@@ -93,8 +99,11 @@ impl Endpoint {
                     // watches: not while the endpoint sleeps out of it).
                     self.waits.wake(i);
                     // The `recv` did not hear the UDP socket (a new
-                    // connection is looked for on every pass).
-                    self.udp_look.slept_deaf(Instant::now());
+                    // connection is looked for on every pass). Timed from
+                    // before the sleep: the socket's turn comes no later
+                    // than one sleep after the gap, as a sleep of the
+                    // socket alone makes it.
+                    self.udp_look.slept_deaf(*now.get_or_init(Instant::now));
                 } else {
                     self.udp_look.stirred();
                 }
@@ -122,10 +131,12 @@ impl Endpoint {
         let mut slept = Ok(());
         if armed {
             let timeout = match deadline {
-                Deadline::At(t) => t.saturating_duration_since(Instant::now()).min(NAP),
+                Deadline::At(t) => t
+                    .saturating_duration_since(*now.get_or_init(Instant::now))
+                    .min(NAP),
                 _ => NAP,
             };
-            let since = one.map(|s| (s, Instant::now()));
+            let since = one.map(|s| (s, *now.get_or_init(Instant::now)));
             let in_set = self.waits.sleeps_here();
             slept = if in_set {
                 self.sleep_in_set(timeout)
@@ -180,12 +191,12 @@ impl Endpoint {
     /// connection, where nothing else is to be heard but the inbox and an
     /// idle UDP socket; the UDP socket, where datagrams are in use and
     /// there is no connection, nothing else but the inbox.
-    fn recv_sleeper(&self, deadline: Deadline) -> Option<Sleeper> {
+    fn recv_sleeper(&self, deadline: Deadline, now: &OnceCell<Instant>) -> Option<Sleeper> {
         if self.ucx.is_some() {
             return None;
         }
         if let Deadline::At(t) = deadline {
-            if t.saturating_duration_since(Instant::now()) < RECV_NAP_MOST {
+            if t.saturating_duration_since(*now.get_or_init(Instant::now)) < RECV_NAP_MOST {
                 return None;
             }
         }
