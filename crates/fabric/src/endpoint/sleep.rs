@@ -445,6 +445,19 @@ mod tests {
             } else {
                 assert_eq!((in_set, recv_on), (300, 0), "{transport}: out of the set");
             }
+            // Nothing comes: the deadline, taken from the one reading of
+            // the clock each sleep makes, ends the read in its time, from
+            // the recv (a deadline farther than its longest nap) or not.
+            for wait in [Duration::from_millis(60), Duration::from_millis(5)] {
+                let t0 = std::time::Instant::now();
+                let r = rx.read_timeout(&mut buf, wait).unwrap();
+                let took = t0.elapsed();
+                assert!(r.is_none(), "{transport}: nothing was sent");
+                assert!(
+                    took >= wait && took < wait + Duration::from_secs(1),
+                    "{transport}: a read of {wait:?} took {took:?}"
+                );
+            }
         }
     }
 }
