@@ -314,7 +314,7 @@ pub(super) type Spread = (f64, f64);
 
 /// The lowest and the highest ours / theirs of runs made back to back
 /// (`None` without a pair to divide).
-fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
+pub(super) fn spread(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<Spread> {
     ratios(pairs).fold(None, |acc, r| {
         Some(acc.map_or((r, r), |(lo, hi): (f64, f64)| (lo.min(r), hi.max(r))))
     })

@@ -202,7 +202,7 @@ pub(super) fn rows(
             row(
                 &format!("shm reliable {size} B{on}, receiver CPU at UCX's MB/s"),
                 "%",
-                median(cpu),
+                median(cpu.clone()),
                 &got.map_or("limit: 10%, paced".into(), |mb| {
                     format!("limit: 10%, ours paced to {mb:.0} of {target:.0} MB/s")
                 }),
@@ -210,6 +210,7 @@ pub(super) fn rows(
                 paced_goal(target, got),
             )
             .regimes(WAIT, "-")
+            .runs(&cpu)
             .note(PACED),
         );
     }
@@ -299,8 +300,10 @@ const PACED: &str = "our sender paced to the messages a second of ucx_perftest's
 bandwidth in the judged row above (-O 1), where ours is at least as fast: the waiting \
 reader's CPU at the bandwidth the goal asks for, beside its 10% limit. A reader woken \
 once a message uses that much more of a core the faster the messages come: the \
-target-CPU rows at the end are at full speed. Judged only where the paced runs reached \
-at least 95% of that bandwidth: slower, they would show the CPU of fewer messages.";
+target-CPU rows at the end are at full speed. The median of three paced runs, judged on \
+all three as a row of three pairs is (a tie where they fall on both sides of the limit), and \
+only where they reached at least 95% of that bandwidth: slower, they would show the CPU of \
+fewer messages.";
 
 /// The least share of the bandwidth asked for that paced runs must reach
 /// for their reader's CPU to be judged against the limit.
