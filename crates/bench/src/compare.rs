@@ -1006,6 +1006,7 @@ mod tests {
             run: 11,
             steady: 9,
             of_steady: true,
+            level: None,
             line_us: Some((0.05, 0.07)),
         };
         let r = row(

@@ -10,7 +10,10 @@
 //! probes the line before our run, between the two and after the peer's,
 //! and counts the pairs whose three probes agree ([`steady`]), running
 //! more pairs until it has as many as it asked for, or gives up at three
-//! times that and says so.
+//! times that and says so. Pairs each in one placement may still not all
+//! be in the same one: a row's figures, a median of each side's runs,
+//! are then of the pairs in the most common placement ([`one_level`]),
+//! so that ours and the peer's do not each come from another.
 //!
 //! ```text
 //!  probe ─► ours ─► probe ─► theirs ─► probe    steady: the three within
@@ -21,7 +24,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::alternate::{median, Lat, Pairs};
+use super::alternate::{median, Lat, Pairs, Took};
 
 /// The most the highest of a pair's three probes may be of the lowest for
 /// the pair to count: the levels lie three times or more apart, one
@@ -132,6 +135,10 @@ pub struct Placement {
     pub steady: usize,
     /// Whether the row's figures are of the steady pairs alone.
     pub of_steady: bool,
+    /// Where the steady pairs fell in more than one placement: how many
+    /// were in the most common one, which the row's figures are then of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<usize>,
     /// The lowest and highest probe of the pairs the figures are of, µs
     /// a half round trip of one cache line.
     pub line_us: Option<(f64, f64)>,
@@ -150,7 +157,14 @@ impl Placement {
         } else {
             ""
         };
-        if self.of_steady {
+        if let (true, Some(k)) = (self.of_steady, self.level) {
+            format!(
+                "{figure}: {} of {} pairs with both runs in one placement, {k} of them in the \
+                 most common one{which} (one cache line between two threads {probes} a half \
+                 round trip, before, between and after their runs); the row is of those {k}",
+                self.steady, self.run
+            )
+        } else if self.of_steady {
             format!(
                 "{figure}: {} of {} pairs with both runs in one placement{which} (one cache line \
                  between two threads {probes} a half round trip, before, between and after \
@@ -173,6 +187,52 @@ struct Probed {
     ours: Lat,
     theirs: Option<Lat>,
     probes: [Option<f64>; 3],
+    took: Took,
+}
+
+/// A steady pair's placement: the middle of its three probes, µs.
+fn level(probes: [Option<f64>; 3]) -> f64 {
+    let mut p = probes.map(|p| p.unwrap_or(0.0));
+    p.sort_by(f64::total_cmp);
+    p[1]
+}
+
+/// Of pairs at `levels` (each steady pair's [`level`]), those in the
+/// most common placement, as indices into `levels` in their order, where
+/// they lie further apart than [`LEVELS_APART`]; `None` where they do
+/// not, or no placement holds more of them than the others and at least
+/// half of `times`. The pairs are split at the widest step between neighbours
+/// (the far levels lie three times or more above the near), and again
+/// while the part kept still spans more than one.
+pub(super) fn one_level(levels: &[f64], times: usize) -> Option<Vec<usize>> {
+    let mut order: Vec<usize> = (0..levels.len()).collect();
+    order.sort_by(|&a, &b| levels[a].total_cmp(&levels[b]));
+    let mut kept: &[usize] = &order;
+    let mut split = false;
+    while let (Some(&lo), Some(&hi)) = (kept.first(), kept.last()) {
+        if !(levels[lo] > 0.0 && levels[hi] > LEVELS_APART * levels[lo]) {
+            break;
+        }
+        let step = |i: usize| levels[kept[i]] / levels[kept[i - 1]];
+        let Some(at) = (1..kept.len()).max_by(|&i, &j| step(i).total_cmp(&step(j))) else {
+            break;
+        };
+        let (near, far) = kept.split_at(at);
+        let larger = match near.len().cmp(&far.len()) {
+            std::cmp::Ordering::Greater => near,
+            std::cmp::Ordering::Less => far,
+            std::cmp::Ordering::Equal => break,
+        };
+        if 2 * larger.len() < times {
+            break;
+        }
+        (kept, split) = (larger, true);
+    }
+    split.then(|| {
+        let mut one = kept.to_vec();
+        one.sort_unstable();
+        one
+    })
 }
 
 /// As [`super::alternate::alternated`], for a row of small messages over
@@ -180,7 +240,8 @@ struct Probed {
 /// each ([`probe`], or `probe_with` in tests), until `times` of them
 /// are steady or `MOST_PAIRS` times as many were run. Each side's
 /// figure is the median of its runs in the steady pairs, where there are
-/// at least half of `times`; else in all.
+/// at least half of `times` (and of those in the most common placement,
+/// where they fell in more than one: [`one_level`]); else in all.
 pub(super) fn alternated_steady(
     times: usize,
     mut ours: impl FnMut() -> anyhow::Result<Lat>,
@@ -188,13 +249,12 @@ pub(super) fn alternated_steady(
     mut probe_with: impl FnMut() -> Option<f64>,
 ) -> anyhow::Result<(Lat, Option<Lat>, Pairs, Placement)> {
     let mut all: Vec<Probed> = Vec::new();
-    let mut pairs_all = Pairs::default();
-    let mut pairs_steady = Pairs::default();
+    let mut runs = Pairs::default();
     let mut steady_n = 0;
     while steady_n < times && all.len() < times * MOST_PAIRS {
         let before = probe_with();
         let mut between = None;
-        let (o, t, took) = pairs_all.run(
+        let (o, t, took) = runs.run(
             &mut ours,
             |_| {
                 between = probe_with();
@@ -203,23 +263,25 @@ pub(super) fn alternated_steady(
             |o, t| Some((o.median, t.median)),
         )?;
         let probes = [before, between, probe_with()];
-        if steady(probes) {
-            steady_n += 1;
-            if let Some(t) = t {
-                pairs_steady.push(o.median, t.median, took);
-            }
-        }
+        steady_n += usize::from(steady(probes));
         all.push(Probed {
             ours: o,
             theirs: t,
             probes,
+            took,
         });
     }
     let of_steady = 2 * steady_n >= times;
-    let kept: Vec<&Probed> = all
+    let counted: Vec<&Probed> = all
         .iter()
         .filter(|p| !of_steady || steady(p.probes))
         .collect();
+    let levels: Vec<f64> = counted.iter().map(|p| level(p.probes)).collect();
+    let one = of_steady.then(|| one_level(&levels, times)).flatten();
+    let kept: Vec<&Probed> = match &one {
+        Some(one) => one.iter().map(|&i| counted[i]).collect(),
+        None => counted,
+    };
     let side = |v: Vec<Lat>| {
         median(v.iter().map(|l| l.median).collect()).map(|m| Lat {
             median: m,
@@ -239,9 +301,15 @@ pub(super) fn alternated_steady(
         run: all.len(),
         steady: steady_n,
         of_steady,
+        level: one.map(|k| k.len()),
         line_us,
     };
-    let pairs = if of_steady { pairs_steady } else { pairs_all };
+    let mut pairs = Pairs::default();
+    for p in &kept {
+        if let Some(t) = p.theirs {
+            pairs.push(p.ours.median, t.median, p.took);
+        }
+    }
     Ok((ours_lat, theirs_lat, pairs, placement))
 }
 
@@ -337,6 +405,63 @@ mod tests {
         let (_, _, q) = run(4, &[0.05, 0.05, 0.06, 0.06, 0.08, 0.08]);
         assert_eq!(q.line_us, Some((0.05, 0.08)));
         assert!(!q.line("x").contains("not all"), "{}", q.line("x"));
+    }
+
+    #[test]
+    fn pairs_far_apart_are_split_at_the_widest_step_and_the_most_common_placement_kept() {
+        // Three near, four far: the far ones, in the order given.
+        let levels = [0.05, 0.05, 0.17, 0.18, 0.17, 0.06, 0.17];
+        assert_eq!(one_level(&levels, 7), Some(vec![2, 3, 4, 6]));
+        // As many in each: none kept over the other.
+        assert_eq!(one_level(&[0.05, 0.17, 0.05, 0.17], 4), None);
+        // One placement, however spread within it.
+        assert_eq!(one_level(&[0.05, 0.07, 0.08, 0.1], 4), None);
+        // The most common holds fewer than half of the pairs asked for.
+        assert_eq!(one_level(&[0.05, 0.05, 0.17], 9), None);
+        // Three placements: split twice.
+        let three = [0.03, 0.2, 0.03, 0.7, 0.2, 0.03, 0.2, 0.7, 0.03, 0.2, 0.2];
+        assert_eq!(one_level(&three, 5), Some(vec![1, 4, 6, 9, 10]));
+        // Split once, then the far part's two halves are as many.
+        let even = [0.03, 0.03, 0.03, 0.2, 0.2, 0.7, 0.7];
+        assert_eq!(one_level(&even, 4), Some(vec![3, 4, 5, 6]));
+        assert_eq!(one_level(&[], 4), None);
+    }
+
+    #[test]
+    fn a_row_of_pairs_in_two_placements_is_of_the_most_common_one() {
+        // Each pair: its placement (all three probes), ours, theirs.
+        let pairs = [
+            (0.05, 1.0, 9.0),
+            (0.17, 5.0, 2.0),
+            (0.05, 1.0, 9.0),
+            (0.17, 6.0, 3.0),
+            (0.17, 7.0, 4.0),
+        ];
+        let (probe, k) = (Cell::new(0usize), Cell::new(0usize));
+        let next = || {
+            let p = pairs[(probe.get() / 3) % pairs.len()].0;
+            probe.set(probe.get() + 1);
+            Some(p)
+        };
+        let ours = || Ok(lat(pairs[k.get()].1));
+        let theirs = || {
+            let t = pairs[k.get()].2;
+            k.set(k.get() + 1);
+            Some(lat(t))
+        };
+        let (o, t, p, placed) = alternated_steady(5, ours, Some(theirs), next).unwrap();
+        assert_eq!((placed.run, placed.steady, placed.level), (5, 5, Some(3)));
+        // Of all five, 5.0 against 4.0; of the far three, 6.0 against 3.0.
+        assert_eq!((o.median, t.unwrap().median), (6.0, 3.0));
+        assert_eq!(p.ratios(), vec![2.5, 2.0, 1.75]);
+        assert_eq!(placed.line_us, Some((0.17, 0.17)));
+        let line = placed.line("udp 64 B");
+        assert!(
+            line.contains(
+                "5 of 5 pairs with both runs in one placement, 3 of them in the most common one ("
+            ) && line.ends_with("the row is of those 3"),
+            "{line}"
+        );
     }
 
     #[test]
